@@ -71,10 +71,31 @@ async def _outcome(engine: TestEngine, run: wf.Run[list[list[int]]]) -> tuple[st
     return record.status.value, b"".join(chunks)
 
 
+def _damage_redis(store: Store, run_id: str, how: str) -> None:
+    """On Redis: ``out``'s chunks key a string, or another stream named by bytes that are not
+    UTF-8 (a stray write's)."""
+    import redis
+
+    from wf.store.redis import RedisStore
+
+    assert isinstance(store, RedisStore)
+    client = redis.Redis.from_url(store.url)
+    try:
+        if how == "chunks a string":
+            client.delete(f"{store.prefix}sc:{run_id}:out")
+            client.set(f"{store.prefix}sc:{run_id}:out", "x")
+        else:
+            client.hset(f"{store.prefix}sn:{run_id}", b"\xff\xfe", "0")
+    finally:
+        client.close()
+
+
 async def _wake_after(engine: TestEngine, store: Store, how: str) -> tuple[str, bytes]:
     run = await wf.start(sleeps_between)
     await engine.quiet()  # suspended in its sleep, a's chunks stored
-    _damage(store, run.id, how)
+    (_damage_redis if how in ("chunks a string", "another name not UTF-8") else _damage)(
+        store, run.id, how
+    )
     await engine.settle()
     return await _outcome(engine, run)
 
@@ -120,6 +141,27 @@ async def test_a_stream_whose_index_is_damaged_fails_the_run_rather_than_drop_ch
     assert status == "failed"
     [run] = await engine_store.list_runs()
     assert run.error is not None and run.error["type"] == "wf.StoreCorrupted"
+
+
+@pytest.mark.stores("redis")
+async def test_another_streams_damage_on_redis_stops_no_writer(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    """A stream name that is not UTF-8 beside ``out``: the writer's count came from the
+    listing, which failed (a decode error), and so did the step."""
+    status, data = await _wake_after(wf_engine, engine_store, "another name not UTF-8")
+    assert (status, data) == ("completed", b"a-1\na-2\nb-1\nb-2\n")
+
+
+@pytest.mark.stores("redis")
+async def test_a_stream_key_of_another_type_on_redis_fails_the_run_naming_it(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    status, _ = await _wake_after(wf_engine, engine_store, "chunks a string")
+    assert status == "failed"
+    [run] = await engine_store.list_runs()
+    assert run.error is not None and run.error["type"] == "wf.StoreCorrupted"
+    assert f"sc:{run.id}:out" in run.error["message"], run.error
 
 
 @wf.step

@@ -2134,3 +2134,141 @@ async def test_a_wait_for_a_run_whose_children_index_is_of_another_type_goes_on(
 
 async def _suspended(store: Store, run_id: str) -> bool:
     return (await store.get_run(run_id)).status is RunStatus.SUSPENDED
+
+
+# -- one stream's key of another type, or a stream name that is not UTF-8 ---------------------
+
+STREAM_DAMAGE = {
+    "chunks a string": lambda c, p, i: (c.delete(f"{p}sc:{i}:bad"), c.set(f"{p}sc:{i}:bad", "x")),
+    "name not UTF-8": lambda c, p, i: c.hset(f"{p}sn:{i}", b"\xff\xfe", "0"),
+    "names a string": lambda c, p, i: (c.delete(f"{p}sn:{i}"), c.set(f"{p}sn:{i}", "x")),
+    "names a set": lambda c, p, i: (c.delete(f"{p}sn:{i}"), c.sadd(f"{p}sn:{i}", "bad")),
+}
+
+
+def _stream_damage_where(prefix: str, run_id: str, damage: str) -> str:
+    if damage == "chunks a string":
+        return f"{prefix}sc:{run_id}:bad"
+    if damage == "name not UTF-8":
+        return f"field '\\\\xff\\\\xfe' of {prefix}sn:{run_id}"
+    return f"{prefix}sn:{run_id}"
+
+
+@pytest.mark.parametrize("damage", sorted(STREAM_DAMAGE))
+async def test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named(
+    prefix: str, damage: str
+) -> None:
+    """A stray write made one stream's key of another type, or left a stream name that is not
+    UTF-8: the listing failed whole (``WRONGTYPE``, a decode error), and with it the run's
+    page. Now that stream is left out and named (the way the local store names a damaged
+    stream's files); reading it, or asking its count for a writer, is ``StoreCorrupted``
+    naming the key; verify names it."""
+    from wf import admin
+    from wf.engine._run import wait_for_stream
+
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.write_chunk("bad", 0, b"x")
+        await lease.write_chunk("good", 0, b"y")
+        await lease.close_stream("good", 1)
+        await lease.release()
+        await save(store, run, RunStatus.COMPLETED)  # its streams are all it will have
+        STREAM_DAMAGE[damage](client, prefix, run.id)
+        where = _stream_damage_where(prefix, run.id, damage)
+        whole = damage.startswith("names a")  # the run's hash of stream names: none listed
+        with collect_faults() as damaged:
+            streams = await store.list_streams(run.id)
+        left = {} if whole else {"good": (1, True)}
+        if damage == "name not UTF-8":
+            left["bad"] = (1, False)
+        assert streams == left
+        [fault] = damaged
+        assert (fault.kind, fault.where) == ("stream", where), fault
+        assert not store.faults.of_kind("stream")  # the caller's to say
+        detail = await admin.run_detail(store, run.id)
+        assert [(f.kind, f.where) for f in detail.damaged] == [("stream", where)]
+        assert [s.name for s in detail.streams] == sorted(left)
+        if damage != "name not UTF-8":
+            # Asked for by name: the store's damage, naming the key, never "no such stream"
+            # nor a count of 0 that a writer would take as where its chunks go next.
+            with pytest.raises(StoreCorrupted, match=re.escape(where)):
+                await store.stream_info(run.id, "bad")
+            with pytest.raises(StoreCorrupted, match=re.escape(where)):
+                await store.read_chunks(run.id, "bad")
+            with pytest.raises(StoreCorrupted, match=re.escape(where)):
+                await wait_for_stream(store, run.id, "bad")
+        if not whole:
+            # A writer of another stream, or of a new one, is not stopped by this one's damage.
+            assert await store.stream_info(run.id, "good") == (1, True)
+            assert await store.stream_info(run.id, "never") == (0, False)
+        problems = [p for p in await store.verify() if where in p]
+        assert problems and problems[0].startswith(f"run {run.id}: "), problems
+    finally:
+        client.close()
+        await store.close()
+
+
+@pytest.mark.parametrize("damage", ["chunks a string", "name not UTF-8"])
+def test_inspect_stream_and_the_api_answer_beside_a_damaged_stream(
+    prefix: str, damage: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wf inspect`` and ``GET /api/v1/runs/{id}`` answer, naming the stream in ``damaged``
+    (they failed, exit 3 and ``500 store_damaged``); ``wf stream`` of it is one line, exit 3."""
+    import httpx
+    from typer.testing import CliRunner
+
+    from wf import Engine
+    from wf.cli._app import build_app
+    from wf.serve import create_app
+
+    async def setup() -> str:
+        store = make(prefix)
+        try:
+            run = await created(store)
+            lease = await acquire(store, run.id)
+            await lease.write_chunk("bad", 0, b"x")
+            await lease.release()
+            await save(store, run, RunStatus.COMPLETED)
+            return run.id
+        finally:
+            await store.close()
+
+    run_id = asyncio.run(setup())
+    client = raw_client()
+    try:
+        STREAM_DAMAGE[damage](client, prefix, run_id)
+    finally:
+        client.close()
+    where = _stream_damage_where(prefix, run_id, damage)
+    monkeypatch.chdir(tmp_path)
+    env = {"WF_REDIS_URL": URL, "WF_REDIS_PREFIX": prefix, "WF_POSTGRES_DSN": None}
+    runner = CliRunner()
+    shown = runner.invoke(build_app(), ["inspect", run_id, "--json"], env=env)
+    assert shown.exit_code == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert [(f["kind"], f["where"]) for f in data["damaged"]] == [("stream", where)]
+    assert "Traceback" not in shown.stderr
+    if damage == "chunks a string":
+        streamed = runner.invoke(build_app(), ["stream", run_id, "--name", "bad"], env=env)
+        assert streamed.exit_code == 3, (streamed.stderr, streamed.exception)
+        assert streamed.stderr.count("\n") == 1 and where in streamed.stderr, streamed.stderr
+
+    async def api() -> None:
+        store = make(prefix)
+        app = create_app(Engine(store))
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                answer = await http.get(f"/api/v1/runs/{run_id}")
+                assert answer.status_code == 200, answer.text
+                damaged = answer.json()["damaged"]
+                assert [(f["kind"], f["where"]) for f in damaged] == [("stream", where)]
+                page = await http.get(f"/runs/{run_id}")
+                assert page.status_code == 200 and "1 damaged stream" in page.text
+        finally:
+            await store.close()
+
+    asyncio.run(api())

@@ -682,15 +682,32 @@ return 0
 """
 
 STREAMS = """
--- ARGV: P, id. Returns false (no such run) or {name, count, closed, ...}.
+-- ARGV: P, id. Returns false (no such run) or {fault, name, count, closed, ...}. ``fault`` is
+-- '' or what the server said of the run's hash of stream names, of another type (a stray
+-- write's): no stream is listed from it. A stream whose chunks' key is of another type has
+-- count -1 and, for closed, what the server said. Damage is replied, never raised: the
+-- caller leaves that stream out and names it, and the run's other streams are listed. An
+-- error of the server's (not a value's) is raised as it was.
 local P, id = ARGV[1], ARGV[2]
 if redis.call('EXISTS', P .. 'r:' .. id) == 0 then return false end
-local out = {}
-local names = redis.call('HGETALL', P .. 'sn:' .. id)
+local function wrong_type(found)
+  if type(found) ~= 'table' or not found.err then return false end
+  if string.find(found.err, 'WRONGTYPE', 1, true) then return true end
+  error(found, 0)
+end
+local names = redis.pcall('HGETALL', P .. 'sn:' .. id)
+if wrong_type(names) then return {names.err} end
+local out = {''}
 for i = 1, #names, 2 do
+  local count = redis.pcall('LLEN', P .. 'sc:' .. id .. ':' .. names[i])
   out[#out + 1] = names[i]
-  out[#out + 1] = redis.call('LLEN', P .. 'sc:' .. id .. ':' .. names[i])
-  out[#out + 1] = names[i + 1]
+  if wrong_type(count) then
+    out[#out + 1] = -1
+    out[#out + 1] = count.err
+  else
+    out[#out + 1] = count
+    out[#out + 1] = names[i + 1]
+  end
 end
 return out
 """

@@ -960,13 +960,14 @@ class RedisStore(Store):
         self, run_id: str, stream: str, start: int = 0
     ) -> tuple[list[bytes], bool]:
         self._signals.reading_run(run_id)
+        chunks_key, names_key = self._key("sc:", run_id, ":", stream), self._key("sn:", run_id)
         exists, chunks, closed = await self._pipe(
             ("exists", self._key("r:", run_id)),
-            ("lrange", self._key("sc:", run_id, ":", stream), max(0, start), -1),
-            ("hget", self._key("sn:", run_id), stream),
+            ("lrange", chunks_key, max(0, start), -1),
+            ("hget", names_key, stream),
+            each=True,
         )
-        if not exists:
-            raise RunNotFound(run_id)
+        self._read_whole(run_id, exists, (chunks_key, chunks), (names_key, closed))
         return [bytes(c) for c in chunks], closed == b"1"
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
@@ -974,10 +975,68 @@ class RedisStore(Store):
         found = await self._eval(_scripts.STREAMS, run_id, again=True)
         if found is None:
             raise RunNotFound(run_id)
-        return {
-            _text(found[i]): (int(found[i + 1]), found[i + 2] == b"1")
-            for i in range(0, len(found), 3)
-        }
+        streams, damaged = self._streams_read(run_id, found)
+        for item, where, reason in damaged:
+            # Left out and named, as the local store names a stream's damaged files: the
+            # run's page and its other streams still read.
+            self.faults.note("stream", item, where, reason)
+        return streams
+
+    def _streams_read(
+        self, run_id: str, found: Sequence[Any]
+    ) -> tuple[dict[str, tuple[int, bool]], list[tuple[str, str, str]]]:
+        """``STREAMS``'s reply as the run's streams, and the damaged ones (item, where, why):
+        a chunks key or the hash of names of another type, a name that is not UTF-8."""
+        names_key = self._key("sn:", run_id)
+        if found[0]:
+            why = _decode.field_name(found[0])
+            return {}, [(f"{run_id}/*", names_key, f"{why}: no stream of the run is listed")]
+        streams: dict[str, tuple[int, bool]] = {}
+        damaged = []
+        for i in range(1, len(found), 3):
+            raw, count, closed = found[i : i + 3]
+            name = _decode.field_name(raw)
+            if int(count) < 0:
+                key = self._key("sc:", run_id, ":", name)
+                damaged.append((f"{run_id}/{name}", key, _decode.field_name(closed)))
+                continue
+            try:
+                text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            except UnicodeDecodeError as error:
+                where = _decode.field_of(names_key, name)
+                damaged.append(
+                    (f"{run_id}/{name}", where, f"the stream's name is not UTF-8 ({error})")
+                )
+                continue
+            streams[text] = (int(count), closed == b"1")
+        return streams, damaged
+
+    async def stream_info(self, run_id: str, stream: str) -> tuple[int, bool]:
+        """This stream's own keys, read whatever the run's other streams hold: one of them
+        damaged does not stop a writer of this one; this one's key of another type is
+        ``StoreCorrupted`` naming it (never a count of 0, which would drop the chunks)."""
+        self._signals.reading_run(run_id)
+        chunks_key, names_key = self._key("sc:", run_id, ":", stream), self._key("sn:", run_id)
+        exists, count, closed = await self._pipe(
+            ("exists", self._key("r:", run_id)),
+            ("llen", chunks_key),
+            ("hget", names_key, stream),
+            each=True,
+        )
+        self._read_whole(run_id, exists, (chunks_key, count), (names_key, closed))
+        return int(count), closed == b"1"  # (0, False) for a stream not written yet
+
+    def _read_whole(self, run_id: str, exists: Any, *read: tuple[str, Any]) -> None:
+        """Raise what a pipelined read of one run's keys met: ``RunNotFound`` for no run, else
+        the store's error naming the key whose command failed (``StoreCorrupted`` for a key of
+        another type)."""
+        if isinstance(exists, Exception):
+            raise self._failure(exists) from exists
+        if not exists:
+            raise RunNotFound(run_id)
+        for key, value in read:
+            if isinstance(value, Exception):
+                raise self._failure(value, key) from value
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
         self._signals.reading_run(run_id)

@@ -1,10 +1,10 @@
-"""``wf store verify`` on Redis: read every run, journal, inbox, hook, schedule and tombstone
-under the prefix and name each value that cannot be read, and a creation sequence that is not
-a number or is behind the runs it numbered. It changes nothing of those; what it puts right
-(and says so) are the indexes: a member of ``ix:all`` or a status index that is no run's, or
-in a status index not the run's (``wf store info`` counts them), a run missing from its
-status's, workflow's or parent's index (put back), a run whose ``qk`` names a queue it is not
-in (cleared for a finished run; a live one is put back in that queue), and the schedules'
+"""``wf store verify`` on Redis: read every run, journal, inbox, stream, hook, schedule and
+tombstone under the prefix and name each value that cannot be read, and a creation sequence
+that is not a number or is behind the runs it numbered. It changes nothing of those; what it
+puts right (and says so) are the indexes: a member of ``ix:all`` or a status index that is no
+run's, or in a status index not the run's (``wf store info`` counts them), a run missing from
+its status's, workflow's or parent's index (put back), a run whose ``qk`` names a queue it is
+not in (cleared for a finished run; a live one is put back in that queue), and the schedules'
 index of next fires (``snext``) where it disagrees with the schedules. An index of another
 type is named, not changed: it may be someone else's key."""
 
@@ -103,6 +103,7 @@ async def verify(store: RedisStore) -> list[str]:
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
         problems += await _check_listed(store, [r for r in batch if r not in removed])
+        problems += await _check_streams(store, [r for r in batch if r not in removed])
     problems += await _named(_check_status_indexes(store))
     problems += await _named(_check_queue_index(store))
     for name, kind in (("hooks", _decode.hook), ("sched", _decode.schedule)):
@@ -137,6 +138,25 @@ async def _check_listed(store: RedisStore, batch: list[str]) -> list[str]:
             problems.append(f"{key}: {detail}")
         else:
             problems.append(f"run {detail}: missing from {key}: put back in it")
+    return problems
+
+
+async def _check_streams(store: RedisStore, batch: list[str]) -> list[str]:
+    """Each run's streams that its page leaves out: a chunks key or the hash of names of
+    another type, a name that is not UTF-8 (one pipeline of the listing's script)."""
+    if not batch:
+        return []
+    found = await store._send_scripts([(_scripts.STREAMS, [run_id]) for run_id in batch])
+    problems = []
+    for run_id, streams in zip(batch, found, strict=True):
+        if isinstance(streams, Exception):
+            raise store._failure(streams) from streams  # the server's, not the run's
+        if streams is None:
+            continue  # deleted meanwhile
+        for item, where, why in store._streams_read(run_id, streams)[1]:
+            name = item.partition("/")[2]
+            said = "its streams" if name == "*" else f"stream {name!r}"
+            problems.append(f"run {run_id}: {said}: {where}: {why}")
     return problems
 
 
