@@ -2272,3 +2272,30 @@ def test_inspect_stream_and_the_api_answer_beside_a_damaged_stream(
             await store.close()
 
     asyncio.run(api())
+
+
+@pytest.mark.parametrize("command", ["HGETALL", "LLEN"])
+async def test_a_server_refusal_while_listing_streams_is_a_store_failure_not_damage(
+    prefix: str, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The listing replies a key of another type as that stream's damage; any other error (the
+    server busy, loading) is the server's: raised as it was, no stream named damaged."""
+    store = make(prefix)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.write_chunk("out", 0, b"x")
+        await lease.release()
+        plain = _scripts.STREAMS
+        monkeypatch.setattr(_scripts, "STREAMS", refusing(plain, command, SERVER_ERRORS[2]))
+        with collect_faults() as damaged, pytest.raises(StoreError) as failed:
+            await store.list_streams(run.id)
+        assert not isinstance(failed.value, StoreCorrupted) and "BUSY" in str(failed.value)
+        assert damaged == [] and list(store.faults) == []
+        with pytest.raises(StoreError) as failed:
+            await store.verify()
+        assert not isinstance(failed.value, StoreCorrupted)
+        monkeypatch.setattr(_scripts, "STREAMS", plain)
+        assert await store.list_streams(run.id) == {"out": (1, False)}
+    finally:
+        await store.close()
