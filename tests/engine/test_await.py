@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import subprocess
 import sys
+import warnings
 from typing import Any
 
 import pytest
@@ -172,3 +174,56 @@ async def test_replay_of_a_select_does_not_warn_about_its_losers(
     assert await run.result() == 0
     gc.collect()
     assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+# -- a recorded result that no longer decodes ----------------------------------------------
+
+
+PICKY_REFUSES: list[bool] = []
+"""Set: ``Picky`` refuses to be made (its ``__post_init__`` raises), so a stored one no longer
+decodes on replay."""
+
+
+@dataclasses.dataclass
+class Picky:
+    n: int
+
+    def __post_init__(self) -> None:
+        if PICKY_REFUSES:
+            raise ValueError("picky refuses")
+
+
+@wf.step
+def make() -> Picky:
+    return Picky(1)
+
+
+@wf.workflow
+async def makes_then_waits(token: str) -> int:
+    made = await make()
+    await wf.create_hook(str, token=token).next()  # suspends: the resume replays ``make``
+    return made.n
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_replayed_step_whose_result_no_longer_decodes_was_awaited(
+    wf_engine: Engine,
+) -> None:
+    """The replay awaits ``make()``, whose recorded result fails to decode: the run fails
+    with that error, and no warning says the call was never awaited (there used to be one,
+    naming the user's line, for a call the code did await)."""
+    run = await wf.start(makes_then_waits, "picky")
+    await run.settle(timeout=10)
+    PICKY_REFUSES.append(True)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            await wf.resume_hook("picky", "go")
+            with pytest.raises(wf.RunFailed) as failed:
+                await run.result(timeout=10)
+            gc.collect()
+    finally:
+        PICKY_REFUSES.clear()
+    assert isinstance(failed.value.original, wf.ValueEncodingError)
+    assert "cannot decode a stored dataclass" in str(failed.value.original)
+    assert [str(w.message) for w in caught if "never awaited" in str(w.message)] == []

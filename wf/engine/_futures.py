@@ -308,14 +308,18 @@ class OpCall(Coroutine[Any, Any, T]):
                 raise RuntimeError("cannot reuse an already awaited wf operation")
             if _INLINE_WAIT_FOR:
                 _refuse_inline_wait_for(self)
+            start, inline = self._start, self._inline
+            # Awaited from here on, whether starting it works or not: a start that raises (a
+            # recorded result that no longer decodes) is the await's error, not a call
+            # dropped un-awaited (``__del__``).
+            self._start = self._inline = None
             # Not while its caller handles an exception: the step's code would see it as its
             # own (``sys.exception()``, a bare ``raise``, the context of what it raises).
-            if self._inline is not None and sys.exception() is None and _awaited_by_its_task(self):
-                self._iter = _in_context(self._inline(), contextvars.copy_context())
+            if inline is not None and sys.exception() is None and _awaited_by_its_task(self):
+                self._iter = _in_context(inline(), contextvars.copy_context())
             else:
-                self._future = self._start()
+                self._future = start()
                 self._iter = self._future.__await__()
-            self._start = self._inline = None
         return self._iter
 
     def __await__(self) -> Generator[Any, None, T]:
