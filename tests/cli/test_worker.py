@@ -8,7 +8,7 @@ import pytest
 
 from tests.cli.conftest import Project
 from wf._events import waiting
-from wf.cli._worker import report_drive
+from wf.cli._worker import report_drive, report_timer
 from wf.store import RunRecord, RunStatus
 
 
@@ -54,6 +54,20 @@ def test_a_quiet_worker_builds_no_line_for_a_drive_that_ended_well(
     report_drive(failed, 0.5)
     assert built and [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "wrun_3 orders failed" in caplog.records[0].getMessage()
+
+
+def test_the_timer_line_of_until_idle_says_its_moment_in_iso_8601_utc(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker's log line, which a log shipper reads too, says a moment in ISO 8601, UTC
+    (docs/cli.md, "Times"), not in this machine's zone."""
+    caplog.set_level(logging.INFO)
+    report_timer(1_800_000_000.0, "wrun_1")
+    report_timer(1_800_000_060.0, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        "waiting for a timer due at 2027-01-15T08:00:00+00:00 (run wrun_1)",
+        "waiting for a timer due at 2027-01-15T08:01:00+00:00",
+    ]
 
 
 def test_until_idle_exits_1_for_a_damaged_run_alone(project: Project) -> None:

@@ -190,11 +190,19 @@ LAST_SERIES = "1 8 15 1 * */30 2027"
 then never again."""
 
 
-async def test_a_series_that_ends_fires_its_last_fire_then_is_ended(wf_engine: Engine) -> None:
+async def test_a_series_that_ends_fires_its_last_fire_then_is_ended(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
     await wf.schedule("last", tick, cron=LAST_SERIES, input=3)
     await wf.schedule("steady", tick, cron="*/2 * * * *")
     # The worker goes on past the end: it neither exits nor stops firing the other schedule.
-    await work_until(wf_engine, T0 + 10 * MIN + 1)
+    with caplog.at_level("INFO", logger="wf.schedules"):
+        await work_until(wf_engine, T0 + 10 * MIN + 1)
+    # A worker's log line says its moment in ISO 8601, UTC (docs/cli.md, "Times").
+    said = [r.getMessage() for r in caplog.records if "series has ended" in r.getMessage()]
+    assert said == [
+        "schedule last: its series has ended (its last fire was 2027-01-15T08:01:30+00:00)"
+    ]
     runs = await runs_of(wf_engine, "last")
     assert [r.id for r in runs] == [fire_run_id("last", T0 + MIN), fire_run_id("last", T0 + 90)]
     assert all(r.status is wf.RunStatus.COMPLETED for r in runs)
@@ -526,6 +534,8 @@ async def test_a_fire_skipped_for_a_run_waiting_on_a_gone_deployment_names_it(
     lines = [r.getMessage() for r in caplog.records if r.name == "wf.schedules"]
     assert len(lines) == 1, lines  # said once, not at every skipped fire
     assert "deployment v1" in lines[0] and "schedule s:" in lines[0]
+    # A worker's log line says its moment in ISO 8601, UTC (docs/cli.md, "Times").
+    assert "the fire of 2027-01-15T08:02:00+00:00 skipped" in lines[0], lines[0]
 
 
 async def test_a_fire_decided_again_after_its_run_was_deleted_counts_as_done(

@@ -161,6 +161,13 @@ async def test_a_fire_that_fails_each_time_is_logged_once_an_hour(
             mock_clock.jump(MIN)
     said = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(said) == 2  # at once, then an hour later
+    # A worker's log line says its moment in ISO 8601, UTC (docs/cli.md, "Times"), not as
+    # epoch seconds.
+    assert (
+        said[0]
+        .getMessage()
+        .startswith("schedule gone: the fire of 2027-01-15T08:00:00+00:00 failed: ")
+    ), said[0].getMessage()
     found = await wf_engine.store.get_schedule("gone")
     assert found is not None and found.skipped == 90
     assert found.last_error is not None and "nowhere:gone" in found.last_error

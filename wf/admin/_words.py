@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, assert_never
 
 from wf.store._limits import BEYOND, datetime_of
+from wf.store._limits import iso_time as iso_time  # for the front ends: the kernel's own
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -292,13 +293,6 @@ def run_info(record: RunRecord, *, at: Callable[[float], str] | None = None) -> 
     if record.attempt > 1 and not record.status.is_terminal:
         info = f"attempt {record.attempt}/{record.max_attempts}" + (f", {info}" if info else "")
     return info
-
-
-def iso_time(ts: float) -> str:
-    """Epoch seconds as ISO 8601 in UTC, ``2026-12-06T04:40:17+00:00``: a moment in a line
-    read by a program too (a log line for shippers)."""
-    when = datetime_of(ts)
-    return BEYOND if when is None else when.isoformat(timespec="seconds")
 
 
 # -- the reasons of wf.admin.explain, one sentence each -----------------------------------

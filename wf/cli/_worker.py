@@ -179,6 +179,15 @@ def report_drive(record: RunRecord, took: float) -> None:
         _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
 
 
+def report_timer(due: float, run_id: str | None) -> None:
+    """Log the timer ``--until-idle`` waits for (``due``, epoch seconds; ``run_id``'s): a log
+    line, for shippers too, so its moment is in ISO 8601, UTC."""
+    from wf.admin._words import iso_time
+
+    of = f" (run {run_id})" if run_id else ""
+    _log(f"waiting for a timer due at {iso_time(due)}{of}", run_id=run_id, due=due)
+
+
 async def _work(
     *,
     concurrency: int,
@@ -245,14 +254,7 @@ async def _work(
             any_deployment=any_deployment,
         )
         if until_idle:
-
-            def on_timer(due: float, run_id: str | None) -> None:
-                from wf.admin._words import clock_time
-
-                of = f" (run {run_id})" if run_id else ""
-                _log(f"waiting for a timer due at {clock_time(due)}{of}", run_id=run_id, due=due)
-
-            worker.on_timer = on_timer
+            worker.on_timer = report_timer
         served = f", queues {', '.join(queues)}" if queues else ""
         if worker.deployments is not None:
             served += f", deployment {engine.deployment}{_overriding()} and unpinned runs"

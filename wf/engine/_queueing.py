@@ -31,7 +31,7 @@ from wf.store._limits import (
     check_at,
     check_due,
     check_name,
-    datetime_of,
+    iso_time,
     shown,
 )
 
@@ -735,8 +735,8 @@ async def served(store: Store, deployment: str) -> bool:
 
 
 def _stamp(at: float) -> str:
-    moment = datetime_of(at)
-    return "a time " + BEYOND if moment is None else moment.isoformat(timespec="seconds")
+    text = iso_time(at)
+    return "a time " + text if text == BEYOND else text
 
 
 async def _waiting_ahead(store: Store, record: RunRecord, now: float, everyone: bool) -> int:

@@ -56,14 +56,14 @@ from wf._exceptions import (
 from wf.engine._catchup import Plan, plan
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
-from wf.engine._cron import check_cron, check_tz, first_fire, zoned_time
+from wf.engine._cron import check_cron, check_tz, first_fire
 from wf.engine._firing import FIRE_CONCURRENCY, Firing
 from wf.engine._queueing import check_priority, served
 from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow_off_loop
 from wf.store import RunRecord, Schedule, Store
 from wf.store._ids import _b32
-from wf.store._limits import check_name, shown
+from wf.store._limits import check_name, iso_time, shown
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -384,7 +384,8 @@ async def fire(
         if todo.next_run is None:
             # The series ended with these fires: recorded, so it is never computed again.
             found.ended = True
-            last = zoned_time(due[-1], found.tz)
+            # Its moments, as every worker log line's, in ISO 8601, UTC (docs/cli.md, "Times").
+            last = iso_time(due[-1])
             log.info("schedule %s: its series has ended (its last fire was %s)", schedule_id, last)
         if found.catch_up == "all":
             chosen = due
@@ -411,7 +412,7 @@ async def fire(
                             "deployment %s (wf deployments upgrade %s, or start one of its "
                             "workers)",
                             schedule_id,
-                            zoned_time(fire_at, found.tz),
+                            iso_time(fire_at),
                             reason,
                             pin,
                             pin,
@@ -437,7 +438,7 @@ async def fire(
                     log.error(
                         "schedule %s: the fire of %s failed: %s%s",
                         schedule_id,
-                        fire_at,
+                        iso_time(fire_at),
                         why,
                         "" if firing is None else " (said again after an hour if it persists)",
                     )

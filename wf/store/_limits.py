@@ -124,3 +124,10 @@ def datetime_of(stamp: float | None, tz: dt.tzinfo | None = dt.UTC) -> dt.dateti
 
 BEYOND = "after 9999-12-31"
 """How a listing shows a time ``datetime_of`` cannot hold."""
+
+
+def iso_time(ts: float) -> str:
+    """Epoch seconds as ISO 8601 in UTC, ``2026-12-06T04:40:17+00:00``: a moment in a line
+    read by a program too (a log line of ``wf worker`` for shippers, docs/cli.md "Times")."""
+    when = datetime_of(ts)
+    return BEYOND if when is None else when.isoformat(timespec="seconds")
