@@ -1259,6 +1259,42 @@ async def test_one_runs_unusable_key_is_that_runs_damage_alone(prefix: str, kind
         await store.close()
 
 
+# What each read of one run reads, by the key it meets: (key without the prefix, the read).
+RUN_READS: dict[str, tuple[str, Callable[[RedisStore, str], Awaitable[Any]]]] = {
+    "record": ("r:{id}", lambda s, i: s.get_run(i)),
+    "journal": ("j:{id}", lambda s, i: s.read_journal(i)),
+    "inbox": ("in:{id}", lambda s, i: s.read_inbox(i)),
+    "logs": ("lg:{id}", lambda s, i: s.read_logs(i)),
+    "stream names": ("sn:{id}", lambda s, i: s.list_streams(i)),
+    "stream names, read": ("sn:{id}", lambda s, i: s.read_chunks(i, "out")),
+    "stream chunks": ("sc:{id}:out", lambda s, i: s.read_chunks(i, "out")),
+    "stream length": ("sc:{id}:out", lambda s, i: s.list_streams(i)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RUN_READS))
+async def test_a_read_of_a_run_that_meets_a_key_of_another_type_names_the_key(
+    prefix: str, kind: str
+) -> None:
+    """A stray write replaced one of a run's keys by a value of another type: its read is a
+    ``StoreCorrupted`` naming the key (``wf inspect`` said a bare ``WRONGTYPE`` for the
+    journal, where the record's key was named)."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store, id="run-1")
+        client.hset(f"{prefix}sn:{run.id}", "out", b"0")  # a stream, so its chunks are read
+        name, read = RUN_READS[kind]
+        key = prefix + name.format(id=run.id)
+        client.delete(key)
+        client.sadd(key, b"x")  # a set: no read of a run's keys takes one
+        with pytest.raises(StoreCorrupted, match=f"^{re.escape(key)}: WRONGTYPE"):
+            await read(store, run.id)
+    finally:
+        client.close()
+        await store.close()
+
+
 # -- the server's refusals are the store's failures, not the runs' damage ---------------------
 
 SERVER_ERRORS = [

@@ -421,9 +421,9 @@ class RedisStore(Store):
             raise self._failure(error, _text(args[0]) if args else None) from error
 
     async def _pipe(self, *commands: tuple[Any, ...], each: bool = False) -> list[Any]:
-        """Commands in one ``MULTI``/``EXEC``: one consistent view. ``each``: a command's own
-        error (a key of another type) is its result, as an exception object, rather than
-        raised."""
+        """Commands in one ``MULTI``/``EXEC``: one consistent view. A command's own error (a
+        key of another type) is raised as ``_call`` raises it, naming the command's key;
+        ``each``: it is that command's result instead, as an exception object."""
         return await detached(self._pipe_now(commands, each))
 
     async def _pipe_now(self, commands: Sequence[tuple[Any, ...]], each: bool) -> list[Any]:
@@ -433,15 +433,20 @@ class RedisStore(Store):
             async with client.pipeline(transaction=True) as pipe:
                 for name, *args in commands:
                     getattr(pipe, name)(*args)
-                return list(await pipe.execute(raise_on_error=not each))
+                return list(await pipe.execute(raise_on_error=False))
 
         try:
             try:
-                return await send()
+                found = await send()
             except (ConnectionError, TimeoutError, OSError):
-                return await send()  # reads and idempotent writes only, as ``_call``
+                found = await send()  # reads and idempotent writes only, as ``_call``
         except (RedisError, OSError) as error:
-            raise self._failure(error) from error  # a command's error names its command
+            raise self._failure(error) from error
+        if not each:
+            for (_, *args), result in zip(commands, found, strict=True):
+                if isinstance(result, Exception):
+                    raise self._failure(result, _text(args[0]) if args else None) from result
+        return found
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -1205,10 +1210,7 @@ class RedisStore(Store):
             ("hlen", self._key("tomb")),
             ("get", self._key("format")),
         ]
-        found = await self._pipe(*commands, each=True)
-        for (_, key), result in zip(commands, found, strict=True):
-            if isinstance(result, Exception):  # a key of another type: named
-                raise self._failure(result, key)
+        found = await self._pipe(*commands)  # a key of another type: named
         counts = {s.value: int(n) for s, n in zip(statuses, found, strict=False)}
         schedules, tombstones, version = found[len(statuses) :]
         return StoreStats(
