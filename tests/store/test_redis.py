@@ -1265,11 +1265,11 @@ RUN_READS: dict[str, tuple[str, Callable[[RedisStore, str], Awaitable[Any]]]] = 
     "journal": ("j:{id}", lambda s, i: s.read_journal(i)),
     "inbox": ("in:{id}", lambda s, i: s.read_inbox(i)),
     "logs": ("lg:{id}", lambda s, i: s.read_logs(i)),
-    "stream names": ("sn:{id}", lambda s, i: s.list_streams(i)),
     "stream names, read": ("sn:{id}", lambda s, i: s.read_chunks(i, "out")),
     "stream chunks": ("sc:{id}:out", lambda s, i: s.read_chunks(i, "out")),
-    "stream length": ("sc:{id}:out", lambda s, i: s.list_streams(i)),
 }
+"""The listing of a run's streams is not among them: it leaves such a stream out and names its
+key in the store's faults (``test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named``)."""
 
 
 @pytest.mark.parametrize("kind", sorted(RUN_READS))

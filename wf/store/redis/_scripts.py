@@ -711,7 +711,6 @@ for i = 1, #names, 2 do
 end
 return out
 """
-)
 
 APPEND_LOGS = """
 -- ARGV: P, id, entries...
