@@ -214,8 +214,13 @@ def test_a_damaged_stream_leaves_its_run_readable_and_is_named(project: Project)
     }
     [fault] = data["damaged"]
     assert (fault["kind"], fault["where"]) == ("stream", str(name_file).removesuffix(".name"))
-    assert f"warning: stream {child['id']}/{stream_key('default')} is damaged" in result.stderr
-    assert "not UTF-8" in result.stderr and "Traceback" not in result.stderr
+    assert fault["shown_as"] == "default"  # named, and shown all the same: not left out
+    not_utf8 = "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte"
+    assert result.stderr == (
+        "warning: stream 'default': its name file is damaged; shown by the name its journal "
+        f"wrote: {name_file}: the stream's name is not UTF-8 ({not_utf8}) "
+        "(`wf store verify` names every damaged item)\n"
+    )
     # Asked for by name, it is read by its chunk files (named by the name's key), whole.
     streamed = project.cli("stream", child["id"])
     assert (streamed.exit_code, streamed.stdout, streamed.stderr) == (0, before.stdout, "")
@@ -225,6 +230,13 @@ def test_a_damaged_stream_leaves_its_run_readable_and_is_named(project: Project)
     index.mkdir()
     streamed = project.cli("stream", child["id"])
     assert streamed.exit_code == 3, streamed.stderr
+    # Left out now, and said so: not shown.
+    result = project.cli("inspect", child["id"], "--json")
+    assert (result.exit_code, json.loads(result.stdout)["streams"]) == (0, {}), result.stderr
+    assert result.stderr.startswith(
+        f"warning: stream {child['id']}/{stream_key('default')} is damaged and not shown: "
+    )
+    assert "shown by the name" not in result.stderr
     assert streamed.stderr.startswith(
         f"error: run {child['id']} has no readable stream 'default': "
     )

@@ -899,7 +899,7 @@ async def test_a_stream_whose_name_file_is_damaged_is_read_by_its_name(
     name_file = os.path.join(store.run_location(run_id), stream_key("default") + ".name")
     Path(name_file).write_bytes(b"\xff\xfe" if damage == "name not UTF-8" else b"other")
     detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
-    assert [f["kind"] for f in detail["damaged"]] == ["stream"]
+    assert [(f["kind"], f["shown_as"]) for f in detail["damaged"]] == [("stream", "default")]
     assert detail["streams"] == ["default"]
     assert detail["stream_info"]["default"] == {
         "chunks": 2, "closed": True, "complete": True, "cut_step": None,

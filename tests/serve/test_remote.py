@@ -215,3 +215,10 @@ async def test_a_cut_off_stream_whose_name_file_is_damaged_is_said_incomplete_ov
         streamed = remote.wf("stream", run.id, follow, **env)
         assert (streamed.returncode, streamed.stdout) == (1, "Half an"), streamed.stderr
         assert "'default' is incomplete: step 'answer_cut_off' was cut off" in streamed.stderr
+    # ``wf inspect`` over ``WF_URL`` says it is shown by name, as it does from the store.
+    inspected = remote.wf("inspect", run.id, "--json", **env)
+    assert inspected.returncode == 0, inspected.stderr
+    assert inspected.stderr.startswith(
+        "warning: stream 'default': its name file is damaged; shown by the name its journal "
+        f"wrote: {name_file}: the stream's name is not UTF-8 ("
+    )

@@ -623,8 +623,40 @@ async def test_the_run_page_names_a_stream_it_left_out(api: Api) -> None:
     detail = await api.client.get(f"/api/v1/runs/{run_id}")
     assert detail.status_code == 200 and detail.json()["streams"] == []
     assert [f["kind"] for f in detail.json()["damaged"]] == ["stream"]
+    assert "shown_as" not in detail.json()["damaged"][0]  # left out: shown under no name
     # What the page met is its own to say: the server's worker takes none of it as its own.
     assert not api.engine.store.faults.of_kind("stream")
+
+
+async def test_the_run_page_says_a_stream_read_by_name_is_shown_not_left_out(api: Api) -> None:
+    """A stream whose only damage is its name file is in the page's Streams, by the name its
+    journal wrote: the page says so, and not that it was left out of the page."""
+    from wf.store.local import LocalStore
+    from wf.store.local._layout import stream_key
+
+    if not isinstance(api.engine.store, LocalStore):
+        pytest.skip("damages a stream's file")
+    run_id = await api.start("streaming", [2])
+    assert (await api.result(run_id))["output"] == 2
+    for _ in range(200):  # its driver closes the stream after the outcome: wait for it
+        if await api.engine.store.list_streams(run_id) == {"default": (2, True)}:
+            break
+        await asyncio.sleep(0.01)
+    name_file = os.path.join(api.engine.store.run_location(run_id), stream_key("default"))
+    with open(name_file + ".name", "wb") as file:
+        file.write(b"other")  # the name of another stream
+    answer = await api.client.get(f"/runs/{run_id}")
+    assert answer.status_code == 200
+    assert "Left out of this page" not in answer.text
+    assert (
+        "<p class='warn-text'>Stream <span class=\"mono\">default</span>: its name file is "
+        f"damaged; shown by the name its journal wrote ({name_file}.name: names stream "
+        "&#x27;other&#x27;, whose files are not these). <code>wf store verify</code> names "
+        "every damaged item.</p>"
+    ) in answer.text
+    assert 'data-name="default"' in answer.text  # in the Streams card
+    detail = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
+    assert [(f["kind"], f["shown_as"]) for f in detail["damaged"]] == [("stream", "default")]
 
 
 async def test_a_step_log_line_of_the_wrong_shape_does_not_fail_the_run_page(api: Api) -> None:

@@ -564,7 +564,15 @@ def _fault(data: dict[str, Any]) -> Fault:
     kind, item, where, reason = (
         str(data.get(name) or "") for name in ("kind", "item", "where", "reason")
     )
-    return Fault(kind, item, where, reason, data.get("failed") is True)
+    shown_as = data.get("shown_as")
+    return Fault(
+        kind,
+        item,
+        where,
+        reason,
+        data.get("failed") is True,
+        shown_as=shown_as if isinstance(shown_as, str) else "",
+    )
 
 
 def _text_or_none(value: object) -> str | None:

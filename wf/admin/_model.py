@@ -191,7 +191,8 @@ class RunDetail:
     """What the detail left out because it cannot be read (a damaged hook record or stream of
     the run: ``wf.store.Fault``), for the front end to name; the rest of the detail stands.
     A stream whose only damage is its name file is named here and is in ``streams`` all the
-    same, under the name the run's journal wrote."""
+    same, under the name the run's journal wrote: its fault's ``shown_as`` is that name (it
+    was not left out; empty for every item that was)."""
 
     @property
     def cancel_requested(self) -> bool:

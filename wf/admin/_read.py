@@ -360,8 +360,12 @@ async def run_detail(
             # The index of its children unreadable (on Redis, ``ix:p:…`` a stray write made of
             # another type): named, and the page shows without them (the run's own is whole).
             store.faults.note("children", run_id, str(error).partition(": ")[0], error)
+    shown_by_name: dict[str, str] = {}
     if any(fault.kind == "stream" for fault in damaged):
-        streams = {**streams, **await _found_by_name(store, run_id, journal, streams)}
+        found_by_name = await _found_by_name(store, run_id, journal, streams)
+        streams = {**streams, **found_by_name}
+        # Its fault says the name it is shown under: it is named, not left out.
+        shown_by_name = {store.stream_fault(run_id, name)[0]: name for name in found_by_name}
     inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     if not record.cancel_requested and (
         any(message.kind == "cancel" for message in inbox)
@@ -410,7 +414,12 @@ async def run_detail(
         driver_gone=await (probe or probe_for(store)).driver_gone(
             record.id, record.status.value, record.updated_at
         ),
-        damaged=list(damaged),
+        damaged=[
+            dataclasses.replace(fault, shown_as=shown_by_name[fault.item])
+            if fault.kind == "stream" and fault.item in shown_by_name
+            else fault
+            for fault in damaged
+        ],
     )
 
 
@@ -605,7 +614,8 @@ async def _found_by_name(
     read by their name all the same (on the local store, one whose only damage is its name
     file: its chunk files are named by its name's key), as ``wf stream`` and the stream
     endpoint find them: so the detail says whether such a stream is complete (a remote
-    reader asks it). The damage stays named in ``damaged``."""
+    reader asks it). The damage stays named in ``damaged``, with the name it is shown under
+    (``Fault.shown_as``)."""
     written = {e["stream"] for e in journal if e.get("type") in ("stream_write", "stream_closed")}
     found: dict[str, tuple[int, bool]] = {}
     for name in sorted(written - listed.keys()):

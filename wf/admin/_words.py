@@ -45,6 +45,11 @@ def damaged_counts(damaged: Sequence[Fault], noun: str) -> tuple[int, int]:
     return own, len(damaged) - own
 
 
+SHOWN_BY_NAME = "its name file is damaged; shown by the name its journal wrote"
+"""What a run's page says of a stream it shows although its name file is damaged
+(``Fault.shown_as``: the name it is shown under), rather than that it was left out."""
+
+
 def styled_status(status: str) -> str:
     """``status`` with rich markup for its colour (a status wf does not know, from a server
     of another version, as plain text)."""

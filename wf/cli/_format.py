@@ -114,6 +114,17 @@ def say_damaged(damaged: Sequence[Fault], done: str = "not listed") -> None:
     sys.stderr.flush()
 
 
+def say_shown_by_name(damaged: Sequence[Fault]) -> None:
+    """One warning line on stderr per damaged stream shown all the same (``Fault.shown_as``:
+    its name file is damaged, its chunk files read by the name its run's journal wrote)."""
+    from wf.admin._words import SHOWN_BY_NAME, visible
+
+    for fault in damaged:
+        line = f"stream {fault.shown_as!r}: {SHOWN_BY_NAME}: {fault.reason}"
+        sys.stderr.write(f"warning: {visible(line)} (`wf store verify` names every damaged item)\n")
+    sys.stderr.flush()
+
+
 def _many(faults: Sequence[Fault], where: str, done: str, apart: bool) -> str:
     """One line for many damaged items in ``where`` (each a file of its own there: ``apart``)."""
     fault = faults[0]

@@ -112,7 +112,7 @@ async def _check_target(run_id: str | None) -> str | None:
 
 async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | None:
     from wf.admin import connect, detail_json
-    from wf.cli._format import say_damaged
+    from wf.cli._format import say_damaged, say_shown_by_name
 
     async with connect() as client:
         if run_id is None:
@@ -120,7 +120,9 @@ async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | 
             if run_id is None:
                 return None
         detail = await client.run_detail(run_id, replay=replay)
-    say_damaged(detail.damaged, "not shown")  # stderr: stdout stays the document
+    # stderr: stdout stays the document. A stream read by its name is shown, not left out.
+    say_damaged([fault for fault in detail.damaged if not fault.shown_as], "not shown")
+    say_shown_by_name([fault for fault in detail.damaged if fault.shown_as])
     return detail_json(detail)
 
 

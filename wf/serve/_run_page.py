@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
-from wf.admin._words import recovery_text, stream_state
+from wf.admin._words import SHOWN_BY_NAME, recovery_text, stream_state
 from wf.engine._webhooks import webhook_path
 from wf.serve._html import (
     Moments,
@@ -24,6 +24,7 @@ from wf.serve._html import (
     segment,
     when,
 )
+from wf.store import Fault
 
 _EVENT_NOISE = frozenset({"type", "ts"})
 _HIDDEN_STREAM = "wf:"
@@ -50,6 +51,20 @@ def _left_out(shown: int, total: int, noun: str, run_id: str) -> str:
     )
 
 
+def _shown_by_name(damaged: list[Fault]) -> str:
+    """A notice naming each damaged stream the page shows all the same (``Fault.shown_as``:
+    its name file is damaged, it is read by the name its journal wrote): not left out."""
+    if not damaged:
+        return ""
+    said = "".join(
+        f"<p class='warn-text'>Stream <span class=\"mono\">{line(fault.shown_as)}</span>: "
+        f"{SHOWN_BY_NAME} ({esc(fault.reason)}). <code>wf store verify</code> names every "
+        "damaged item.</p>"
+        for fault in damaged
+    )
+    return f'<div class="damaged" role="status">{said}</div>'
+
+
 def run_body(
     detail: RunDetail,
     why: Explanation,
@@ -61,7 +76,8 @@ def run_body(
 ) -> str:
     """The run page's content."""
     run = detail.run
-    streams_out = [fault for fault in detail.damaged if fault.kind == "stream"]
+    streams_out = [f for f in detail.damaged if f.kind == "stream" and not f.shown_as]
+    shown_by_name = [f for f in detail.damaged if f.kind == "stream" and f.shown_as]
     others = [fault for fault in detail.damaged if fault.kind != "stream"]
     flash = ""
     if message:
@@ -73,6 +89,7 @@ def run_body(
 {flash}
 {damaged_notice(others, "hook", "whose record cannot be read")}
 {damaged_notice(streams_out, "stream", "whose files cannot be read")}
+{_shown_by_name(shown_by_name)}
 <div id="live-header" data-fragment>{header(detail, why, csrf)}</div>
 <section class="card">
   <h2>Timeline</h2>

@@ -836,6 +836,12 @@ class Store(abc.ABC):
         """Where a run lives, for messages (a directory, a table row)."""
         return f"run {run_id}"
 
+    def stream_fault(self, run_id: str, stream: str) -> tuple[str, str]:
+        """The id and the place a damaged item names the run's byte stream ``stream`` by
+        (``Fault.item``, ``Fault.where``): the same as this store's own readers note it, so
+        that one stream is one item in a worker's summary and ``wf store verify``."""
+        return f"{run_id}/{stream}", self.run_location(run_id)
+
     def schedule_location(self, schedule_id: str) -> str:
         """Where a schedule lives, for messages (a file path, a table row)."""
         return f"schedule {schedule_id!r}"

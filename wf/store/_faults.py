@@ -46,6 +46,10 @@ class Fault:
     again: bool = False
     """The item could not be read this time (one of its files refused: ``EACCES``, ``EIO``):
     it is skipped for now and tried again later, not left alone for good."""
+    shown_as: str = ""
+    """The name the item is shown under all the same, else empty: a byte stream whose only
+    damage is its name file, read by the name its run's journal wrote (a run's detail says
+    so; it is not left out)."""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.item} ({self.where}): {self.reason}"
@@ -59,8 +63,11 @@ class Fault:
         return f"skipped {self}"
 
     def to_json(self) -> dict[str, str]:
-        """As a JSON object (``wf worker --log-format json``)."""
-        return dataclasses.asdict(self)
+        """As a JSON object (``wf worker --log-format json``); ``shown_as`` only when set."""
+        data = dataclasses.asdict(self)
+        if not self.shown_as:
+            del data["shown_as"]
+        return data
 
 
 _collected: contextvars.ContextVar[tuple[list[Fault], set[Fault]] | None] = contextvars.ContextVar(

@@ -99,6 +99,7 @@ from wf.store.local._layout import (
     run_exists,
     run_present,
     staging_kind,
+    stream_key,
 )
 from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
@@ -1962,6 +1963,13 @@ class LocalStore(Store):
     def run_location(self, run_id: str) -> str:
         """The run's directory."""
         return os.path.join(self.runs, run_id)
+
+    def stream_fault(self, run_id: str, stream: str) -> tuple[str, str]:
+        """``<run id>/<key>`` and the stream's files (``<run dir>/<key>``, without their
+        suffix), as the listing notes a damaged one: the key, not the name (a damaged name
+        file cannot say the name)."""
+        key = stream_key(stream)
+        return f"{run_id}/{key}", os.path.join(self.run_location(run_id), key)
 
     def _damaged_where(self, run_id: str) -> str:
         """Where a run that cannot be read lives: its directory, or, packed, its segment
