@@ -298,9 +298,10 @@ async def test_a_stream_that_cannot_be_closed_keeps_its_run_from_ending_never(
     wf_engine: TestEngine, engine_store: Store, how: str
 ) -> None:
     """Closing is best effort at run end: a stream whose data file is damaged (its index still
-    counts its chunks) cannot be closed, and its run ends all the same. Its close raised
-    ``StoreCorrupted`` after the outcome was recorded, and every drive after met it again:
-    the run stayed running for good. The damage stays the reader's to meet, by name."""
+    counts its chunks) cannot be closed, and its run ends all the same. The listing leaves it
+    out and ``stream_info`` refuses it by name, so run end passes it over without trying its
+    close (a close that meets damage itself: the test below). The damage stays the reader's to
+    meet, by name."""
     run = await wf.start(writes_then_sleeps)
     await wf_engine.quiet()  # suspended in its sleep, a's chunks stored, the stream open
     _damage(engine_store, run.id, how)
@@ -325,4 +326,40 @@ async def test_a_stream_whose_close_meets_damage_is_left_open_and_named(
     assert (await engine_store.get_run(run.id)).status.value == "completed"
     assert await engine_store.stream_info(run.id, "out") == (2, False)
     [fault] = [f for f in engine_store.faults if f.kind == "stream"]
-    assert fault.item == f"{run.id}/out" and "is a directory where a file belongs" in fault.reason
+    assert "is a directory where a file belongs" in fault.reason
+    # Named as the store's listing and ``wf store verify`` name the stream: one item, not two.
+    key = stream_key("out")
+    assert (fault.item, fault.where) == (
+        f"{run.id}/{key}",
+        os.path.join(engine_store.run_location(run.id), key),
+    )
+
+
+@pytest.mark.stores("memory", "local")
+async def test_a_stream_listing_that_refuses_keeps_its_run_from_ending_never(
+    wf_engine: TestEngine, engine_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's stream listing refuses as damaged (on Redis, a stream key of another type):
+    run end is best effort, so the refusal is noted in the store's faults and the streams the
+    run's journal wrote are closed by name; the run ends. It failed the run's end on every
+    drive: the run stayed running for good."""
+
+    async def refused(run_id: str) -> dict[str, tuple[int, bool]]:
+        raise wf.StoreCorrupted(f"wf:streams:{run_id}: a key of the wrong type")
+
+    run = await wf.start(writes_then_sleeps)
+    await wf_engine.quiet()  # suspended in its sleep, a's chunks stored, the stream open
+    monkeypatch.setattr(engine_store, "list_streams", refused)
+    await wf_engine.settle()
+    assert (await engine_store.get_run(run.id)).status.value == "completed"
+    assert await asyncio.wait_for(run.result(), 10) == [0, 1]
+    # Closed by its name where the store counts a stream by its name (the local store); the
+    # memory store counts it from its listing, which refuses too: left open there.
+    _, closed = await engine_store.read_chunks(run.id, "out", 2)
+    assert closed is isinstance(engine_store, LocalStore)
+    [fault] = [f for f in engine_store.faults if f.kind == "streams"]
+    assert (fault.item, fault.where, fault.reason) == (
+        run.id,
+        f"wf:streams:{run.id}",
+        "a key of the wrong type",
+    )

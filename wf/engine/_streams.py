@@ -324,17 +324,25 @@ def cut_writer(journal: Sequence[Event], name: str) -> str | None:
 async def close_streams(ctx: RunContext, record: RunRecord) -> None:
     """Close the run's open streams (its outcome is recorded).
 
-    Best effort: a stream whose files are damaged is left as it is, named in the store's
-    faults, and the run ends all the same (run end is repeated by every drive until it is
-    done: a close that raised would keep the run from ending for good)."""
+    Best effort: a stream whose files are damaged, or a listing that refuses as damaged, is
+    left as it is, named in the store's faults, and the run ends all the same (run end is
+    repeated by every drive until it is done: damage that raised would keep the run from
+    ending for good)."""
     state = ctx.state(StreamState)
     if not state.counts and not state.writes:
         return  # the run never wrote a stream: nothing to list or close
     store = ctx.engine.store
-    listed = await store.list_streams(ctx.run_id)
+    try:
+        listed = await store.list_streams(ctx.run_id)
+    except StoreCorrupted as error:
+        # The run's listing itself refuses (on Redis, its streams' key of another type): the
+        # streams its journal wrote are still closed by name, below.
+        where = str(error).partition(": ")[0] if ": " in str(error) else None
+        store.faults.note("streams", ctx.run_id, where or store.run_location(ctx.run_id), error)
+        listed = {}
     for name, (count, closed) in listed.items():
         if not closed:
-            await _close(ctx, name, count)
+            await _close_at_run_end(ctx, name, count)
     # A stream the listing left out as damaged may still be found by its name (on the local
     # store, one whose only damage is its name file: its chunk files are named by its key),
     # and its followers wait for its close: the journal names every stream the run wrote.
@@ -345,18 +353,20 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
         except StoreCorrupted:
             continue  # its chunk files are damaged (the listing noted it): none to close by
         if count and not closed:
-            await _close(ctx, name, count)
+            await _close_at_run_end(ctx, name, count)
 
 
-async def _close(ctx: RunContext, name: str, count: int) -> None:
-    """Close one stream; one whose files refuse as damaged (a data file that is a directory,
-    its index still read) is noted and left open: its readers meet the damage by name."""
+async def _close_at_run_end(ctx: RunContext, name: str, count: int) -> None:
+    """Close one stream as its run ends; one whose files refuse as damaged (a data file that
+    is a directory, its index still read) is noted and left open: its readers meet the
+    damage by name. Noted as the store's own listing notes the stream (``Store.stream_fault``),
+    so that it is one item in a worker's summary and ``wf store verify``."""
     try:
         await ctx.lease.close_stream(name, count)
     except StoreCorrupted as error:
         store = ctx.engine.store
-        where = store.run_location(ctx.run_id)
-        store.faults.note("stream", f"{ctx.run_id}/{name}", where, error)
+        item, where = store.stream_fault(ctx.run_id, name)
+        store.faults.note("stream", item, where, error)
 
 
 def _streams_to_close(ctx: RunContext, record: RunRecord) -> bool:
