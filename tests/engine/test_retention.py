@@ -421,3 +421,23 @@ async def test_a_file_where_a_status_tree_belongs_never_stops_the_sweep(
     swept = await sweep(wf_engine, older_than=30)
     assert sorted(swept.deleted) == sorted(run.id for run in runs)
     assert os.path.isfile(stray)
+
+
+async def test_a_sweep_stops_at_a_page_that_makes_no_progress(
+    wf_engine: Engine, engine_store: Store, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index fault that gives back a page already seen (a page before a run that holds
+    the run) must end the sweep, not spin it: ``wf gc`` hung on one."""
+    runs = [await wf.start(plain, n) for n in range(2)]
+    for run in runs:
+        await run.result()
+    listed = engine_store.list_runs
+
+    async def same_page(**kwargs: object) -> object:
+        kwargs.pop("before", None)
+        return await listed(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_store, "list_runs", same_page)
+    mock_clock.jump(60)
+    swept = await asyncio.wait_for(sweep(wf_engine, older_than=30, dry_run=True), 10)
+    assert sorted(swept.deleted) == sorted(run.id for run in runs)

@@ -29,6 +29,7 @@ from wf.engine._deployments import SCAN_LIMIT as SCAN_LIMIT  # `wf deployments` 
 from wf.engine._deployments import check_deployment as check_id
 from wf.engine._deployments import waiting_elsewhere as waiting_elsewhere  # `wf worker` says it
 from wf.store import Fault, Lease, RunRecord, Store
+from wf.store._base import Pages
 from wf.store._faults import collect_faults
 
 if TYPE_CHECKING:
@@ -215,15 +216,16 @@ async def _move_family(
 async def _children(store: Store, run_id: str) -> list[RunRecord]:
     """The unfinished children of ``run_id``, page by page."""
     out: list[RunRecord] = []
-    before: str | None = None
+    pages = Pages()
     while True:
         page = await store.list_runs(
-            statuses=UNFINISHED, parent_id=run_id, limit=500, before=before
+            statuses=UNFINISHED, parent_id=run_id, limit=500, before=pages.before
         )
+        if not pages.take(page):
+            return out
         out += page
         if len(page) < 500:
             return out
-        before = page[-1].id
 
 
 async def deployments(store: Store) -> tuple[list[DeploymentSummary], int, bool]:

@@ -59,6 +59,7 @@ async def replay_runs(
     ``deployment`` left unchecked (empty without it)."""
     from wf.engine._replay_check import check_runs
     from wf.store import RunStatus
+    from wf.store._base import Pages
     from wf.store._ids import validate_run_id
 
     if run_ids:
@@ -66,10 +67,9 @@ async def replay_runs(
         records = [await store.get_run(r) for r in ids]
     else:
         records = []
-        before: str | None = None
-        while page := await store.list_runs(limit=1000, before=before):
+        pages = Pages()
+        while pages.take(page := await store.list_runs(limit=1000, before=pages.before)):
             records.extend(page)
-            before = page[-1].id
     if unfinished:
         live = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)
         records = [r for r in records if r.status in live]

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from wf.store import RunRecord, RunStatus, Store
-from wf.store._base import Pins
+from wf.store._base import Pages, Pins
 
 ANY = "*"
 """The slot name of workers that drive runs of every deployment."""
@@ -146,14 +146,15 @@ async def all_runs(
 ) -> list[RunRecord]:
     """Runs of the store (of these statuses), newest first, page by page."""
     out: list[RunRecord] = []
-    before: str | None = None
+    pages = Pages()
     wanted = list(statuses) if statuses is not None else None
     while len(out) < limit:
-        page = await store.list_runs(statuses=wanted, limit=500, before=before)
+        page = await store.list_runs(statuses=wanted, limit=500, before=pages.before)
+        if not pages.take(page):
+            break
         out += page
         if len(page) < 500:
             break
-        before = page[-1].id
     return out[:limit]
 
 

@@ -20,6 +20,7 @@ from wf import _events
 from wf._exceptions import RunNotFound, StoreError
 from wf.engine._aside import drive_aside
 from wf.store import RunRecord, RunStatus
+from wf.store._base import Pages
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -58,10 +59,14 @@ async def stuck_runs(
     """
     store = engine.store
     found: list[Stuck] = []
-    before: str | None = None
+    pages = Pages()
     seen = 0
     while seen < limit:
-        page = await store.list_runs(statuses=[RunStatus.SUSPENDED], limit=_PAGE, before=before)
+        page = await store.list_runs(
+            statuses=[RunStatus.SUSPENDED], limit=_PAGE, before=pages.before
+        )
+        if not pages.take(page):
+            break
         for record in page:
             if record.id in engine.drivers:
                 continue  # driven here right now
@@ -77,7 +82,6 @@ async def stuck_runs(
         seen += len(page)
         if len(page) < _PAGE:
             break
-        before = page[-1].id
         await asyncio.sleep(_PAUSE)  # paced: deliveries go on between pages
     if not found:
         return found

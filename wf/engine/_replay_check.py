@@ -36,7 +36,7 @@ from wf.store import (
     Tombstone,
     WebhookDelivery,
 )
-from wf.store._base import Pins, Progress
+from wf.store._base import Pages, Pins, Progress
 
 _FAR_FUTURE = 100 * 365 * 86400.0
 
@@ -324,13 +324,9 @@ async def check_runs(
     """Replay-check the given runs, or every run in the store (newest first)."""
     if run_ids is None:
         run_ids = []
-        before: str | None = None
-        while True:
-            page = await store.list_runs(limit=1000, before=before)
-            if not page:
-                break
+        pages = Pages()
+        while pages.take(page := await store.list_runs(limit=1000, before=pages.before)):
             run_ids.extend(r.id for r in page)
-            before = page[-1].id
     gate = asyncio.Semaphore(concurrency)
 
     async def one(run_id: str) -> ReplayReport:

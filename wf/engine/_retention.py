@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from wf._exceptions import RunNotFound, UsageError
 from wf.store import Fault, RunRecord, RunStatus
+from wf.store._base import Pages
 
 if TYPE_CHECKING:
     from wf.engine._enginelike import EngineLike
@@ -174,14 +175,13 @@ async def sweep(
     reason = "retention" if older_than is None else "gc"
     out = Sweep(dry_run=dry_run)
     store = engine.store
-    before: str | None = None
+    pages = Pages()
     while limit is None or len(out.deleted) < limit:
         records = await store.list_runs(
-            statuses=wanted, workflow=workflow, limit=page, before=before
+            statuses=wanted, workflow=workflow, limit=page, before=pages.before
         )
-        if not records:
+        if not pages.take(records):
             break
-        before = records[-1].id
         now = engine.clock.now()
         doomed: list[str] = []
         for record in records:

@@ -467,6 +467,28 @@ def brought_up_to(record: RunRecord, events: Sequence[Event]) -> RunRecord:
     return record
 
 
+class Pages:
+    """The ``before=`` cursor of a loop over ``Store.list_runs`` pages, which stops at a page
+    that makes no progress: one whose last run was already a cursor. A sound index never
+    gives one back; a fault of one (an entry left at an older creation number, so a page
+    before a run held the run) made such a loop ask for the same pages forever, and no
+    future fault may spin it again."""
+
+    def __init__(self) -> None:
+        self.before: str | None = None
+        """The cursor for the next page (None: the first)."""
+        self._used: set[str] = set()
+
+    def take(self, page: Sequence[RunRecord]) -> bool:
+        """Whether ``page`` is new ground (not empty, its last run never a cursor); if so the
+        cursor moves past it, else the loop stops without it."""
+        if not page or page[-1].id in self._used:
+            return False
+        self.before = page[-1].id
+        self._used.add(self.before)
+        return True
+
+
 @dataclasses.dataclass(frozen=True)
 class Hold:
     """Why a due run may not start now: ``reason`` in words, ``ahead`` runs before it, and
