@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -189,3 +190,28 @@ def test_a_page_before_a_run_that_names_none_is_an_error(project: Project) -> No
     assert project.cli("gc", "--older-than", "0s").exit_code == 0
     assert listed(project, "--before", ids["failed"]) == []
     assert listed(project, "--before", ids["pending"]) == []
+
+
+def test_gc_and_the_pages_pass_over_a_creation_cut_short_and_its_id_created_again(
+    project: Project,
+) -> None:
+    """A power cut left run r1's journal without one complete line: no run. ``wf gc`` exited 2
+    on it without its report; once r1 was started again, ``--before r1`` listed r1 and
+    ``wf gc`` paged the same runs forever."""
+    for run_id, value in (("r1", "1"), ("r2", "2")):
+        result = project.cli("run", "tests.cli.flows:adder", "-i", value, "--id", run_id, "-q")
+        assert result.exit_code == 0, result.stderr
+    journal = project.store_dir / "runs" / "r1" / "journal.jsonl"
+    os.truncate(journal, 100)
+    gc = project.cli("gc", "--json")
+    assert gc.exit_code == 0, gc.stderr
+    assert json.loads(gc.stdout)["compact_failed"] is None
+    assert listed(project) == ["r2"]
+    again = project.cli("run", "tests.cli.flows:adder", "-i", "3", "--id", "r1", "-q")
+    assert again.exit_code == 0, again.stderr
+    assert listed(project) == ["r1", "r2"]
+    assert listed(project, "--before", "r1") == ["r2"]
+    assert listed(project, "--before", "r2") == []
+    swept = project.cli("gc", "--older-than", "0s", "--json")
+    assert swept.exit_code == 0, swept.stderr
+    assert sorted(json.loads(swept.stdout)["runs"]) == ["r1", "r2"]

@@ -146,6 +146,97 @@ async def test_a_creation_a_power_cut_left_without_its_data_is_no_run(
     await after.close()
 
 
+def cut_short(root: Path, run_id: str) -> None:
+    """What a power cut leaves of the run's creation: a torn first line, no readable record."""
+    path = journal(root, run_id)
+    path.write_bytes(path.read_bytes()[:40])
+    record_file = path.with_name("run.json")
+    if record_file.exists():
+        record_file.write_bytes(b"\0" * record_file.stat().st_size)
+
+
+async def finished(store: LocalStore, run_id: str) -> RunRecord:
+    run = await created(store, id=run_id)
+    await save(store, run, RunStatus.COMPLETED, output=1)
+    return run
+
+
+async def test_compaction_passes_over_a_creation_cut_short_and_packs_the_rest(
+    local: LocalStore, root: Path
+) -> None:
+    """The leftover is no run: compaction used to stop on it (``RunNotFound``), packing
+    nothing else of its bucket, and ``wf gc`` exited 2 without its report."""
+    from wf.store.local import _compact
+
+    await finished(local, "r1")
+    await finished(local, "r2")
+    cut_short(root, "r1")
+    done = _compact.compact(local, now=4e9, older_than=0.0, limit=1_000)
+    assert done.packed == 1
+    assert [r.id for r in await local.list_runs()] == ["r2"]
+    assert not (root / "runs" / "r2").exists()  # packed
+    assert (root / "runs" / "r1").exists()  # left for its id's next creation, or verify
+
+
+async def test_a_run_created_again_over_a_creation_cut_short_is_listed_once_per_page(
+    local: LocalStore, root: Path
+) -> None:
+    """The first creation's index entries (an older creation number) stay beside the new
+    ones: a page before the run listed the run itself, and a pager on ``before=`` (the
+    retention sweep of ``wf gc``) asked for the same page forever."""
+    await finished(local, "r1")
+    await finished(local, "r2")
+    cut_short(root, "r1")
+    run = await finished(local, "r1")
+    assert [r.id for r in await local.list_runs()] == ["r1", "r2"]
+    assert await local.list_runs(before="r1") != []  # r2 is older
+    assert "r1" not in [r.id for r in await local.list_runs(before="r1")]
+    assert [r.id for r in await local.list_runs(before="r2")] == []
+    pages, before = [], None
+    while page := await local.list_runs(limit=1, before=before):
+        pages.append(page[0].id)
+        before = page[-1].id
+        assert len(pages) < 5
+    assert pages == ["r1", "r2"]
+    found, _cursor, _looked = await local.search_runs("r", limit=10, budget=10, before="r2")
+    assert found == []
+    assert (await local.get_run("r1")).seq == run.seq
+
+
+async def test_verify_says_a_creation_cut_short_left_a_stale_index_entry(
+    local: LocalStore, root: Path
+) -> None:
+    await finished(local, "r1")
+    cut_short(root, "r1")
+    await finished(local, "r1")
+    problems = await local.verify()
+    assert not any("says completed but its record says completed" in p for p in problems)
+    assert any("r1" in p and "stale" in p for p in problems), problems
+    assert [p for p in await local.verify() if "r1" in p] == []  # repaired
+    by_workflow = [p.name for p in (root / "by-workflow").rglob("*+r1")]
+    assert len(by_workflow) == 1  # the stale one's listing by workflow went too
+
+
+async def test_verify_removes_what_a_creation_cut_short_left(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its directory (no run: it was never reported created) and, once old enough, its
+    entries, as those of any creation a crash cut short."""
+    from wf.store.local import _ghosts
+
+    await finished(local, "r1")
+    await finished(local, "r2")
+    cut_short(root, "r1")
+    monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)  # every entry is old enough now
+    problems = [p for p in await local.verify() if "r1" in p]
+    assert any("no such run" in p for p in problems), problems
+    assert any("cut short" in p and "removed" in p and "runs/r1" in p for p in problems), problems
+    assert not (root / "runs" / "r1").exists()
+    assert list((root / "index").rglob("*+r1+*")) == []
+    assert [p for p in await local.verify() if "r1" in p] == []
+    assert [r.id for r in await local.list_runs()] == ["r2"]
+
+
 async def test_corrupt_middle_line_names_file_and_line(local: LocalStore, root: Path) -> None:
     run = await created(local)
     path = journal(root, run.id)

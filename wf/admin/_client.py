@@ -564,7 +564,7 @@ class LocalAdmin:
                         limit=COMPACT_ALL,
                         on_progress=on_progress,
                     )
-                except StoreError as error:
+                except (StoreError, RunNotFound) as error:
                     done.compact_failed = str(error)
             said = {(fault.kind, fault.item, fault.where) for fault in done.damaged}
             done.damaged += [f for f in passed if (f.kind, f.item, f.where) not in said]

@@ -271,7 +271,13 @@ def _packable(
     a message, a live hook); None if it cannot be read."""
     if not run_exists(run_dir):
         return False
-    raw = _records.read_raw(run_dir, run_id)
+    try:
+        raw = _records.read_raw(run_dir, run_id)
+    except RunNotFound:
+        # A creation a power cut cut short (``_records.cut_short``): no run, nothing to pack.
+        # Passed over for good (its id's next creation replaces it, verify removes it), and
+        # the rest of the batch is packed.
+        return True
     if not RunStatus(str(raw.get("status", "pending"))).is_terminal:
         return False
     ended = float(raw.get("updated_at") or 0.0)

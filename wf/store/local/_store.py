@@ -773,7 +773,7 @@ class LocalStore(Store):
             if run_id in seen:
                 continue
             record = self._listed(run_id)
-            if record is None:
+            if record is None or _after(record, below):
                 continue
             if wanted is not None and record.status.value not in wanted:
                 continue
@@ -880,7 +880,7 @@ class LocalStore(Store):
             if text not in run_id.lower() and name_hash not in hashes:
                 continue
             record = self._listed(run_id)
-            if record is None:
+            if record is None or _after(record, below):
                 continue
             if wanted is not None and record.status.value not in wanted:
                 continue
@@ -2165,6 +2165,14 @@ def _withdraw(flush: asyncio.Future[None], written: str) -> None:
 def _remove(path: str) -> None:
     with contextlib.suppress(StoreError):
         _fsops.unlink(path, allow=(errno.ENOENT,))
+
+
+def _after(record: RunRecord, below: int | None) -> bool:
+    """Whether a page of runs created before the ``below``-th must leave out ``record``,
+    reached by an entry of an older number: an entry its id's creation cut short by a power
+    cut left behind, the id created again since (the record's number is the run's). Such a
+    page listed the run itself, and a pager on ``before=`` asked for it forever."""
+    return below is not None and record.seq >= below
 
 
 def _under(path: str, directory: str) -> bool:

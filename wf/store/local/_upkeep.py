@@ -970,6 +970,9 @@ def _verify(store: LocalStore, on_progress: Progress | None, broken: set[str]) -
             if not isinstance(error, StoreCorrupted) and not item_own(error, run_dir):
                 raise  # the store's failure, not the run's
             problems.append(f"run {run_id}: {error}")
+    if fix and any(line.endswith(LEFTOVER) for line in problems):
+        with _step(problems):
+            problems += _ghosts.sweep(store)  # the entries of the creations cut short
     with _step(problems):
         if not off("segments", "packed"):
             problems.extend(
@@ -1128,7 +1131,9 @@ def _reconcile_entries(
     run after an upgrade changed its record but not them, so listings by status showed it
     under its old status) are made right, while verify holds the run (a driver of it
     reconciles them itself). A record that lost its creation number (that older wf rewrote
-    it without one) gets back the number its index entry carries."""
+    it without one) gets back the number its index entry carries. Entries at another number
+    (a creation of its id a power cut cut short, the id created again since) go, with their
+    listings by workflow, tag and parent."""
     numbers = {int(name.split(SEP)[0]) for name in names}
     lost = not record.seq and len(numbers) == 1
     seq = next(iter(numbers)) if lost else record.seq
@@ -1137,12 +1142,25 @@ def _reconcile_entries(
     if not seq or (not lost and names == [want] and statuses == [want]):
         return []
     said = sorted({name.split(SEP)[2] for name in [*names, *statuses]})
-    problem = f"run {record.id}: " + (
-        f"its record has no creation number (an older wf rewrote it), its index entry says {seq}"
-        if lost
-        else f"its index entries say {', '.join(said)} but its record says {record.status} "
-        "(listings by status showed it wrongly)"
-    )
+    older = sorted({int(name.split(SEP)[0]) for name in [*names, *statuses]} - {seq})
+    if lost:
+        problem = (
+            "its record has no creation number (an older wf rewrote it), its index entry "
+            f"says {seq}"
+        )
+    elif older:
+        at = ", ".join(str(number) for number in older)
+        problem = (
+            f"a second, stale index entry at creation number {at} beside its own ({seq}), "
+            "left by a creation of its id a power cut cut short (a page before the run listed "
+            "the run)"
+        )
+    else:
+        problem = (
+            f"its index entries say {', '.join(said)} but its record says {record.status} "
+            "(listings by status showed it wrongly)"
+        )
+    problem = f"run {record.id}: {problem}"
     if read_only(store.root):
         return [f"{problem}: not repaired (the store is read-only)"]
     with holding(store, record.id) as held:
@@ -1162,6 +1180,10 @@ def _reconcile_entries(
         ):
             return []  # driven meanwhile: its driver set them right
         store.index.reconcile(now.seq, now.id, want, [*names, *statuses])
+        tags = _index.record_tags(now.queue, now.group, now.deployment)
+        for stale in {n for n in [*names, *statuses] if int(n.split(SEP)[0]) != now.seq}:
+            # Its listings by workflow, tag and parent at that number go too (``withdraw``).
+            store.index.withdraw(int(stale.split(SEP)[0]), stale, tags, now.parent_id)
     return [f"{problem}: repaired"]
 
 
@@ -1477,6 +1499,13 @@ def _verify_streams(run_id: str, run_dir: str) -> list[str]:
     return lines
 
 
+LEFTOVER = (
+    "held a creation a power cut cut short (no complete journal line, no record; never "
+    "reported created): no run, its directory removed"
+)
+"""What verify says of a creation cut short it removed; its entries are ghosts then."""
+
+
 def _verify_run(
     store: LocalStore,
     run_id: str,
@@ -1487,8 +1516,15 @@ def _verify_run(
     *,
     fix: bool,
 ) -> list[str]:
-    if not run_exists(run_dir) or _records.cut_short(run_dir):
-        return []  # a creation cut short: not a run (removed when its id is created again)
+    if not run_exists(run_dir):
+        return []  # a creation cut short before its data: not a run
+    if _records.cut_short(run_dir):
+        if not fix:
+            return []  # not a run: left to its id's next creation, or a verify that can write
+        store._discard(run_dir)  # put back if its id was created again meanwhile
+        if os.path.lexists(run_dir):
+            return []
+        return [f"run {run_id}: {run_dir} {LEFTOVER}"]
     problems = _stale_messages(run_id, run_dir, fix=fix) + _verify_streams(run_id, run_dir)
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.lexists(journal_path):
