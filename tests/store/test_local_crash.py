@@ -203,6 +203,29 @@ async def test_a_run_created_again_over_a_creation_cut_short_is_listed_once_per_
     assert (await local.get_run("r1")).seq == run.seq
 
 
+async def test_a_search_never_continues_from_a_stale_index_entry(
+    local: LocalStore, root: Path
+) -> None:
+    """The stale entry of a creation cut short sits below the run's own: as a search's
+    cursor it sent "search further" back to the run's own number, and round again forever."""
+    for run_id in ["a0", "r1", "a2"]:
+        await finished(local, run_id)
+    cut_short(root, "r1")
+    await finished(local, "r1")
+    await finished(local, "a5")
+    for text in ["zzz", "a0"]:
+        cursors: list[str] = []
+        found: list[str] = []
+        before: str | None = "a2"
+        while before is not None:
+            page, before, _looked = await local.search_runs(text, limit=9, budget=1, before=before)
+            found += [r.id for r in page]
+            assert before is None or before not in cursors  # no page is asked for twice
+            cursors.append(str(before))
+            assert len(cursors) < 5
+        assert found == ([] if text == "zzz" else ["a0"])
+
+
 async def test_verify_says_a_creation_cut_short_left_a_stale_index_entry(
     local: LocalStore, root: Path
 ) -> None:

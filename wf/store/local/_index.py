@@ -691,6 +691,23 @@ class Index:
         for _name, entry in self._walk(self.dir, before, statuses, wf_hash):
             yield entry
 
+    def walk_numbered(
+        self,
+        before: int | None = None,
+        statuses: Collection[str] | None = None,
+        wf_hash: str | None = None,
+    ) -> Iterator[tuple[int, Entry]]:
+        """``walk``'s entries, each with the creation number its name carries (a search
+        continues only from an entry whose run is still at that number)."""
+        if statuses is not None and self.ready():
+            named = self._walk_names(before, statuses, wf_hash)
+        elif wf_hash is not None and self.ready():
+            named = self._walk_workflow(wf_hash, before)
+        else:
+            named = self._walk(self.dir, before, statuses, wf_hash)
+        for name, entry in named:
+            yield int(name.split(SEP, 1)[0]), entry
+
     def _walk_workflow(self, wf_hash: str, before: int | None) -> Iterator[tuple[str, Entry]]:
         """``by-workflow/<wf_hash>/``: its entries carry no status (``?``)."""
         for name, run_id in self._walk_short(os.path.join(self.by_workflow, wf_hash), before):

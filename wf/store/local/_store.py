@@ -867,28 +867,38 @@ class LocalStore(Store):
             return [], None, 0  # no such run ever existed: nothing was created before it
         wf_hash = digest(workflow, 8) if workflow is not None else None
         found: list[RunRecord] = []
-        looked, cursor = 0, None
+        looked, cursor, at, checked = 0, None, 0, False
         seen: set[str] = set()
-        for run_id, _status, name_hash, _parent in self.index.walk(below, wanted, wf_hash):
+        entries = self.index.walk_numbered(below, wanted, wf_hash)
+        for seq, (run_id, _status, name_hash, _parent) in entries:
             if run_id in seen:
                 continue
-            if looked >= budget:
-                return found, cursor, looked
+            if (looked >= budget or len(found) == limit) and cursor is not None:
+                if checked or self._seq_of(cursor) == at:
+                    return found, cursor, looked
+                cursor = None  # a stale entry (``_after``): the search goes on to the next
             seen.add(run_id)
             looked += 1
-            cursor = run_id
+            cursor, at, checked = run_id, seq, False
             if text not in run_id.lower() and name_hash not in hashes:
                 continue
             record = self._listed(run_id)
+            if record is None or record.seq != seq:
+                # No run, or reached by an entry at another number than its own (a stale
+                # one, ``_after``): never the cursor, a page before it would start over from
+                # the run's own number, and "search further" would go round forever.
+                cursor = None
+            else:
+                checked = True
             if record is None or _after(record, below):
                 continue
             if wanted is not None and record.status.value not in wanted:
                 continue
             if workflow is not None and record.workflow != workflow:
                 continue
-            if text in run_id.lower() or text in record.workflow.lower():
+            if len(found) < limit and (text in run_id.lower() or text in record.workflow.lower()):
                 found.append(record)
-                if len(found) == limit:
+                if len(found) == limit and cursor is not None:
                     return found, cursor, looked
         return found, None, looked
 
