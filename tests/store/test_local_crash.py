@@ -260,6 +260,81 @@ async def test_verify_removes_what_a_creation_cut_short_left(
     assert [r.id for r in await local.list_runs()] == ["r2"]
 
 
+async def test_verify_with_no_tmp_directory_names_a_creation_cut_short_it_cannot_remove(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its removal goes through ``tmp/``: a file there failed the whole verify (its report
+    lost) on the store's own "tmp: not a directory"."""
+    import shutil
+
+    from wf.store.local import _ghosts
+
+    await finished(local, "r1")
+    await finished(local, "r2")
+    cut_short(root, "r1")
+    monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)
+    shutil.rmtree(root / "tmp")
+    (root / "tmp").write_bytes(b"x")
+    problems = await local.verify()
+    assert any("tmp" in p and "not a directory" in p for p in problems), problems
+    assert any("runs/r1" in p and "not removed" in p for p in problems), problems
+    assert (root / "runs" / "r1").exists()
+    assert list((root / "index").rglob("*+r1+*")) != []  # its entries wait for its removal
+
+
+async def test_verify_leaves_a_young_creation_cut_short_for_a_later_verify(
+    local: LocalStore, root: Path
+) -> None:
+    """A retrying creator may be replacing it this very moment: only one older than the age
+    ghosts are removed at is removed."""
+    await finished(local, "r1")
+    cut_short(root, "r1")
+    problems = [p for p in await local.verify() if "r1" in p]
+    assert (root / "runs" / "r1").exists()
+    assert any("cut short" in p and "left" in p for p in problems), problems
+
+
+async def test_verify_leaves_a_creation_cut_short_someone_holds(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fcntl
+
+    from wf.store.local import _ghosts
+
+    await finished(local, "r1")
+    cut_short(root, "r1")
+    monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)
+    held = journal(root, "r1").with_name("lock")
+    fd = os.open(held if held.exists() else journal(root, "r1"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        problems = [p for p in await local.verify() if "r1" in p]
+    finally:
+        os.close(fd)
+    assert (root / "runs" / "r1").exists()
+    assert any("held" in p and "left" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("extra", ["logs.jsonl", "inbox/m1.json"])
+async def test_verify_names_a_run_whose_journal_lost_its_first_block_and_keeps_it(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, extra: str
+) -> None:
+    """A directory holding more than a creation writes (messages, logs, streams) was a run
+    that got going: its journal's lost first block is damage, never a creation cut short."""
+    from wf.store.local import _ghosts
+
+    await finished(local, "r1")
+    cut_short(root, "r1")
+    path = root / "runs" / "r1" / extra
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"{}\n")
+    monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)
+    problems = [p for p in await local.verify() if "r1" in p]
+    assert path.exists()
+    assert any("runs/r1" in p and "damage" in p for p in problems), problems
+    assert not any("removed" in p for p in problems), problems
+
+
 async def test_corrupt_middle_line_names_file_and_line(local: LocalStore, root: Path) -> None:
     run = await created(local)
     path = journal(root, run.id)

@@ -36,6 +36,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -83,6 +84,7 @@ from wf.store.local._layout import (
     RUN_FILE,
     SEP,
     SEQUENCE_FILE,
+    STAGING_DIR,
     TOMBSTONES_DIR,
     child_name,
     damage,
@@ -90,6 +92,7 @@ from wf.store.local._layout import (
     gather_damage,
     index_name,
     keep_room,
+    no_staging,
     parse_queue_name,
     record_due,
     run_exists,
@@ -97,6 +100,7 @@ from wf.store.local._layout import (
     stale_temps,
 )
 from wf.store.local._migrate7 import tags_in, tags_of
+from wf.store.local._queue import ORPHAN_AGE
 from wf.store.local._segments import Loc, Packed, Segments, decode
 
 if TYPE_CHECKING:
@@ -888,11 +892,14 @@ def _step(problems: list[str]) -> Iterator[None]:
 
 def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     """Every run's files against the format (packed runs' lines too); schedules and
-    tombstones parse. Changes nothing but the run counts, set from a scan when they are off
-    (and said so), the other keepings ``_repair`` puts right (the tombstone reserve among
-    them), and the locator of a packed run that has its directory again (removed, its line
-    counted dead, and said so); on a read-only store,
-    nothing (a count that is off is said, not repaired). ``on_progress(done, total)``: runs
+    tombstones parse. Changes, and says so, the run counts, set from a scan when they are
+    off, the other keepings ``_repair`` puts right (the tombstone reserve among them), the
+    locator of a packed run that has its directory again (removed, its line counted dead), a
+    run's entries that disagree with its record (``_reconcile_entries``: a record's lost
+    creation number is written back), the temporary files of message posts cut short, and the
+    directory of a creation cut short (``_cut_short``: old enough, unheld, nothing but what a
+    creation writes); on a read-only store, nothing (a count that is off is said, not
+    repaired). ``on_progress(done, total)``: runs
     checked, now and then.
 
     The store's own top level is checked first (``_strays.root``): a file where one of its
@@ -970,7 +977,7 @@ def _verify(store: LocalStore, on_progress: Progress | None, broken: set[str]) -
             if not isinstance(error, StoreCorrupted) and not item_own(error, run_dir):
                 raise  # the store's failure, not the run's
             problems.append(f"run {run_id}: {error}")
-    if fix and any(line.endswith(LEFTOVER) for line in problems):
+    if fix and not off(*_COUNTED, "tmp") and any(line.endswith(LEFTOVER) for line in problems):
         with _step(problems):
             problems += _ghosts.sweep(store)  # the entries of the creations cut short
     with _step(problems):
@@ -1132,8 +1139,11 @@ def _reconcile_entries(
     under its old status) are made right, while verify holds the run (a driver of it
     reconciles them itself). A record that lost its creation number (that older wf rewrote
     it without one) gets back the number its index entry carries. Entries at another number
-    (a creation of its id a power cut cut short, the id created again since) go, with their
-    listings by workflow, tag and parent."""
+    (stale: from an earlier creation of its id, cut short, the id created again since) go,
+    with their listings by status and workflow (their names carry them). Their listings by
+    tag and under a parent go as far as the run's record names the same ones: that earlier
+    creation's own record is lost, so a tag or parent only it had may keep a listing, which
+    listings leave out (they check each record's tags and parent)."""
     numbers = {int(name.split(SEP)[0]) for name in names}
     lost = not record.seq and len(numbers) == 1
     seq = next(iter(numbers)) if lost else record.seq
@@ -1151,9 +1161,9 @@ def _reconcile_entries(
     elif older:
         at = ", ".join(str(number) for number in older)
         problem = (
-            f"a second, stale index entry at creation number {at} beside its own ({seq}), "
-            "left by a creation of its id a power cut cut short (a page before the run listed "
-            "the run)"
+            f"a stale index entry at creation number {at} beside its own ({seq}), from an "
+            "earlier creation of this id (a page before the run listed the run; a listing "
+            "by a tag or parent only that creation had may stay, and listings leave it out)"
         )
     else:
         problem = (
@@ -1182,7 +1192,8 @@ def _reconcile_entries(
         store.index.reconcile(now.seq, now.id, want, [*names, *statuses])
         tags = _index.record_tags(now.queue, now.group, now.deployment)
         for stale in {n for n in [*names, *statuses] if int(n.split(SEP)[0]) != now.seq}:
-            # Its listings by workflow, tag and parent at that number go too (``withdraw``).
+            # Its listings by status and workflow (the stale name's own) go too, and by tag
+            # and parent as far as the record names the same (``withdraw``; see above).
             store.index.withdraw(int(stale.split(SEP)[0]), stale, tags, now.parent_id)
     return [f"{problem}: repaired"]
 
@@ -1506,6 +1517,79 @@ LEFTOVER = (
 """What verify says of a creation cut short it removed; its entries are ghosts then."""
 
 
+_BLOB = re.compile(r"[a-z_]+-[0-9a-f]{32}\.json")
+"""A large value's file (``blob_name``): what a creation's staging may write beside the run's
+journal, lock and record (``LocalStore._stage``)."""
+
+
+def _beyond_creation(run_dir: str) -> list[str]:
+    """What the run's directory holds that its creation's staging never writes (messages,
+    logs, streams): such a run got going, and its journal's lost first block is damage."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    made = {JOURNAL_FILE, LOCK_FILE, RUN_FILE}
+    return sorted(n for n in names if n not in made and not _BLOB.fullmatch(n))
+
+
+def _cut_short(store: LocalStore, run_id: str, run_dir: str, *, fix: bool) -> list[str]:
+    """What verify does with a run directory whose journal holds no complete line and which
+    has no readable record. Holding only what a creation writes, it is a creation a power cut
+    cut short (never reported created: no run), removed once older than ``ORPHAN_AGE`` (a
+    younger one may be what a retrying creator is replacing right now), under its lock taken
+    without waiting, and only if it is still the directory checked. Holding more, it was a
+    run: damage, named and kept."""
+    beyond = _beyond_creation(run_dir)
+    if beyond:
+        return [
+            f"run {run_id}: {run_dir}: its journal holds no complete line and it has no "
+            f"readable record, but it holds {', '.join(beyond)} (a run that got going: damage, "
+            "not a creation cut short): left as it is (restore the run from a backup, or "
+            "delete its directory)"
+        ]
+    if not fix:
+        return []  # not a run: left to its id's next creation, or a verify that can write
+    what = f"run {run_id}: {run_dir} holds a creation a power cut cut short (no run)"
+    if no_staging(store.root) is not None:
+        return [f"{what}: not removed (tmp/ is not a directory, named above)"]
+    try:
+        before = os.lstat(run_dir)
+    except OSError:
+        return []  # removed meanwhile (its id created again)
+    if not _ghosts.old(run_dir, time.time()):
+        return [
+            f"{what}: left for now (younger than {int(ORPHAN_AGE) // 60} minutes: a later "
+            "verify removes it)"
+        ]
+    fds = _lock_run(store, run_dir)
+    if fds is None:
+        return [f"{what}: left (held by another process)"]
+    try:
+        if not _records.cut_short(run_dir) or _beyond_creation(run_dir):
+            return []  # created again, or written to, meanwhile: checked as a run next time
+        trash = os.path.join(
+            store.root, STAGING_DIR, f"leftover.{os.getpid()}.{os.urandom(4).hex()}"
+        )
+        try:
+            if os.lstat(run_dir).st_ino != before.st_ino:
+                return []  # replaced meanwhile
+            os.rename(run_dir, trash)
+        except OSError as error:
+            return [f"{what}: not removed ({os.strerror(error.errno or 0)})"]
+        if os.lstat(trash).st_ino != before.st_ino:
+            # Another directory came in between the check and the move: put it back.
+            with contextlib.suppress(OSError):
+                os.rename(trash, run_dir)
+            return []
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    shutil.rmtree(trash, ignore_errors=True)
+    return [f"run {run_id}: {run_dir} {LEFTOVER}"]
+
+
 def _verify_run(
     store: LocalStore,
     run_id: str,
@@ -1519,12 +1603,7 @@ def _verify_run(
     if not run_exists(run_dir):
         return []  # a creation cut short before its data: not a run
     if _records.cut_short(run_dir):
-        if not fix:
-            return []  # not a run: left to its id's next creation, or a verify that can write
-        store._discard(run_dir)  # put back if its id was created again meanwhile
-        if os.path.lexists(run_dir):
-            return []
-        return [f"run {run_id}: {run_dir} {LEFTOVER}"]
+        return _cut_short(store, run_id, run_dir, fix=fix)
     problems = _stale_messages(run_id, run_dir, fix=fix) + _verify_streams(run_id, run_dir)
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.lexists(journal_path):
