@@ -883,12 +883,13 @@ class LocalStore(Store):
             if text not in run_id.lower() and name_hash not in hashes:
                 continue
             record = self._listed(run_id)
-            if record is None or record.seq != seq:
-                # No run, or reached by an entry at another number than its own (a stale
-                # one, ``_after``): never the cursor, a page before it would start over from
-                # the run's own number, and "search further" would go round forever.
+            if record is not None and record.seq != seq:
+                # Reached by an entry at another number than its own (a stale one,
+                # ``_after``): never the cursor, a page before it would start over from the
+                # run's own number, and "search further" would go round forever. (One that
+                # cannot be read is checked by its number, ``_seq_of``, if it ends the page.)
                 cursor = None
-            else:
+            elif record is not None:
                 checked = True
             if record is None or _after(record, below):
                 continue
