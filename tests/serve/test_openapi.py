@@ -261,3 +261,15 @@ def test_the_document_is_valid_openapi() -> None:
     from wf.serve._openapi import document
 
     validator.validate(document())
+
+
+def test_a_damaged_item_fits_the_fault_schema_with_or_without_shown_as() -> None:
+    """``Fault.to_json`` leaves ``shown_as`` out unless set: the document may not require it,
+    or every ``damaged`` item of a listing would break a client generated from it."""
+    from wf.serve._openapi import document
+    from wf.store import Fault
+
+    spec = document()
+    _fits(spec, "Fault", Fault("run", "wrun_x", "/p", "bad").to_json())
+    shown = Fault("stream", "wrun_x/s-1", "/p/s-1.name", "not UTF-8", shown_as="default")
+    _fits(spec, "Fault", shown.to_json())

@@ -25,15 +25,18 @@ from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from wf.admin._model import Operation, Reason
+from wf.store._faults import Fault
 
 REF = "#/components/schemas/{model}"
 
 OMITTED: dict[type, Callable[[str], bool]] = {
     Reason: lambda name: name not in ("kind", "tone"),
     Operation: lambda name: name == "spans",
+    Fault: lambda name: name == "shown_as",
 }
 """Fields a class's ``to_json()`` may leave out: a ``Reason`` gives only the fields its kind
-uses, an ``Operation`` its ``spans`` only where asked (the API's detail gives them)."""
+uses, an ``Operation`` its ``spans`` only where asked (the API's detail gives them), a
+``Fault`` its ``shown_as`` only when the item is shown all the same."""
 
 
 class _Generator(GenerateJsonSchema):
