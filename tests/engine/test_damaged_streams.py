@@ -339,7 +339,7 @@ async def test_a_stream_whose_close_meets_damage_is_left_open_and_named(
 async def test_a_stream_listing_that_refuses_keeps_its_run_from_ending_never(
     wf_engine: TestEngine, engine_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The run's stream listing refuses as damaged (on Redis, a stream key of another type):
+    """The run's stream listing refuses as damaged (no store's does today; a store that did):
     run end is best effort, so the refusal is noted in the store's faults and the streams the
     run's journal wrote are closed by name; the run ends. It failed the run's end on every
     drive: the run stayed running for good."""

@@ -335,8 +335,9 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
     try:
         listed = await store.list_streams(ctx.run_id)
     except StoreCorrupted as error:
-        # The run's listing itself refuses (on Redis, its streams' key of another type): the
-        # streams its journal wrote are still closed by name, below.
+        # No store's listing refuses as damaged today (each leaves a damaged stream out and
+        # names it); one that did must not keep the run from ending: the streams its journal
+        # wrote are still closed by name, below.
         where = str(error).partition(": ")[0] if ": " in str(error) else None
         store.faults.note("streams", ctx.run_id, where or store.run_location(ctx.run_id), error)
         listed = {}
