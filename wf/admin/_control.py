@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunCancelled, RunFailed, StoreCorrupted, UsageError
 from wf.admin._model import ControlResult
-from wf.store._faults import Fault, collect_faults
+from wf.store._faults import Fault, collect_faults, named_place
 from wf.store._ids import validate_run_id
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ async def descendants(store: Store, run_id: str) -> list[str]:
             children = await store.list_runs(parent_id=parent, limit=100_000)
         except StoreCorrupted as error:
             # The fault stays with that index: its runs are the only ones not reached.
-            store.faults.note("children", parent, str(error).partition(": ")[0], error)
+            store.faults.note("children", parent, named_place(error), error)
             continue
         # list_runs is newest first; oldest first reads like the order the tree was built.
         for child in reversed(children):

@@ -24,6 +24,7 @@ from wf.admin._model import (
     StreamInfo,
 )
 from wf.store import Event, RunRecord, RunStatus, collect_faults
+from wf.store._faults import named_place
 
 if TYPE_CHECKING:
     from wf.admin._liveness import LivenessProbe
@@ -359,7 +360,7 @@ async def run_detail(
         except StoreCorrupted as error:
             # The index of its children unreadable (on Redis, ``ix:p:…`` a stray write made of
             # another type): named, and the page shows without them (the run's own is whole).
-            store.faults.note("children", run_id, str(error).partition(": ")[0], error)
+            store.faults.note("children", run_id, named_place(error), error)
     shown_by_name: dict[str, str] = {}
     if any(fault.kind == "stream" for fault in damaged):
         found_by_name = await _found_by_name(store, run_id, journal, streams)

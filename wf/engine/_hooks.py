@@ -35,6 +35,7 @@ from wf.engine._instruments import send
 from wf.engine._run import Run
 from wf.engine._signature import json_schema, validate_value
 from wf.store import Event, HookRecord, InboxMessage, RunRecord, WebhookDelivery
+from wf.store._faults import named_place
 from wf.store._limits import check_key, check_name, check_segment
 
 if TYPE_CHECKING:
@@ -512,7 +513,7 @@ async def release_hooks(ctx: RunContext, record: RunRecord) -> None:
         try:
             await store.release_hook(token, ctx.run_id)
         except StoreCorrupted as exc:
-            store.faults.note("hook", token, str(exc).partition(": ")[0], exc)
+            store.faults.note("hook", token, named_place(exc), exc)
 
 
 def _hooks_to_release(state: HookState | None) -> bool:

@@ -30,6 +30,7 @@ from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send as _instrument_send
 from wf.store import Event, RunRecord, RunStatus, Store, collect_faults
+from wf.store._faults import named_place
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class Run(Generic[T]):
             try:
                 children = await engine.store.list_runs(parent_id=parent, limit=1000)
             except StoreCorrupted as error:
-                where = str(error).partition(": ")[0]
+                where = named_place(error)
                 engine.store.faults.note("children", parent, where, error)
                 continue
             for child in children:

@@ -29,6 +29,7 @@ from wf.engine._context import RunContext, StepContext
 from wf.engine._features import Feature
 from wf.engine._step import current_step
 from wf.store import Event, RunRecord
+from wf.store._faults import named_place
 from wf.store._limits import check_segment
 
 DEFAULT_STREAM = "default"
@@ -338,8 +339,8 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
         # No store's listing refuses as damaged today (each leaves a damaged stream out and
         # names it); one that did must not keep the run from ending: the streams its journal
         # wrote are still closed by name, below.
-        where = str(error).partition(": ")[0] if ": " in str(error) else None
-        store.faults.note("streams", ctx.run_id, where or store.run_location(ctx.run_id), error)
+        where = named_place(error, store.run_location(ctx.run_id))
+        store.faults.note("streams", ctx.run_id, where, error)
         listed = {}
     for name, (count, closed) in listed.items():
         if not closed:

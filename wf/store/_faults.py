@@ -188,6 +188,16 @@ _STORE_WIDE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 _OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
 
+def named_place(error: BaseException, default: str | None = None) -> str:
+    """Where a store's error says its damage lives: a store's errors begin with the path or
+    key they met (``<key>: WRONGTYPE …``), so the text before the first ``": "``; the whole
+    text, or ``default`` when given, if it has none."""
+    text = str(error)
+    if default is not None and ": " not in text:
+        return default
+    return text.partition(": ")[0]
+
+
 def os_error(error: BaseException) -> OSError | None:
     """The ``OSError`` a ``StoreError`` was raised from, if any."""
     cause = error.__cause__

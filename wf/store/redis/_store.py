@@ -60,6 +60,7 @@ from wf.store._base import (
     WebhookDelivery,
     stamp_seq,
 )
+from wf.store._faults import named_place
 from wf.store.redis import _decode, _scripts
 from wf.store.redis._batch import Batcher
 from wf.store.redis._holder import Holder
@@ -947,7 +948,7 @@ class RedisStore(Store):
             # The hooks hash (or the run's set of tokens) of another type, a stray write's:
             # named once (the key, as ``_failure`` says it), and no hook listed from it, rather
             # than failing the listing or the run's page.
-            named = str(error).partition(": ")[0]
+            named = named_place(error)
             self.faults.note("hooks", run_id or named, named, error)
         hooks = []
         for name, raw in found:
