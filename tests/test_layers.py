@@ -188,9 +188,9 @@ def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
     assert cycle is None, "imports go round: " + " -> ".join(cycle or [])
 
 
-# What the kernel may use from outside it: the errors, the journal schema, the store interface,
-# the target loader (and its hint for a project file wf needs the standard module of), the
-# extras' install hint, the bounded cancellation the stores share, and
+# What the kernel may use from outside it: the errors, the journal schema, the store interface
+# (its faults too), the target loader (and its hint for a project file wf needs the standard
+# module of), the extras' install hint, the bounded cancellation the stores share, and
 # OpenTelemetry's instrument (imported only when tracing is in use).
 KERNEL_MAY_IMPORT = {
     "wf._exceptions",
@@ -203,6 +203,7 @@ KERNEL_MAY_IMPORT = {
     "wf.otel",
     "wf.store",
     "wf.store._base",
+    "wf.store._faults",  # the faults a store notes, and where an error names: only wf._exceptions
     "wf.store._ids",
     "wf.store._limits",
 }
