@@ -701,6 +701,94 @@ async def test_verify_names_values_the_server_takes_and_wf_cannot_use(schema: st
         await store.close()
 
 
+_STRAY_ROWS = [
+    "{}",
+    "[1, 2]",
+    '{"ts": "nope", "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}',
+    '{"ts": 1.0, "op": "x", "step": ["s"], "attempt": 1, "stream": "stdout", "text": "x"}',
+    '{"ts": 1.0, "op": 0, "step": "s", "attempt": 1.5, "stream": "stdout", "text": "x"}',
+    '{"ts": 1.0, "op": 1e3, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}',
+    '{"ts": 1.0, "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": 5}',
+    '{"ts": 1.0, "op": 0, "step": "s", "attempt": 1, "stream": "log", "text": "", "level": 1}',
+    '{"ts": 1.0, "op": null, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}',
+    '{"ts": true, "op": 0, "step": "s", "attempt": 1, "stream": "stdout", "text": "x"}',
+    '{"ts": 1.0, "text": "\\u0000", "step": 7}',  # PostgreSQL's -> fails on any \u0000
+    '{"ts": 1e400, "text": "x"}',  # PostgreSQL takes it, orjson cannot read it
+    '{"ts": 1.0, "text": "\\ud800"}',  # the same: a lone surrogate
+]
+
+
+@pytest.mark.parametrize("line", _STRAY_ROWS)
+async def test_a_step_log_row_of_the_wrong_shape_is_skipped_as_a_stray_write(
+    schema: str, line: str
+) -> None:
+    """As on the other stores: a row that is no log entry (not an object, a field of another
+    type, JSON orjson cannot read) is skipped and not counted: ``start`` counts the entries
+    read, so a follower's next read neither skips nor repeats one."""
+    from wf.store.conformance import log_entry
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.append_logs([log_entry("before")])
+        await _damage(
+            schema, "INSERT INTO {s}.wf_logs (run_id, entry) VALUES (%s, %s)", run.id, line
+        )
+        await lease.append_logs([log_entry("after"), log_entry("last")])
+        await lease.release()
+        texts = [entry["text"] for entry in await store.read_logs(run.id)]
+        assert texts == ["before", "after", "last"]
+        assert [entry["text"] for entry in await store.read_logs(run.id, 1)] == ["after", "last"]
+        assert [entry["text"] for entry in await store.read_logs(run.id, 2)] == ["last"]
+        assert await store.read_logs(run.id, 3) == []
+    finally:
+        await store.close()
+
+
+async def test_a_step_log_row_a_stray_update_changed_is_skipped(schema: str) -> None:
+    """The case met: an ``UPDATE`` made a stored entry's ``ts`` a string, and the run's page
+    failed. Readers skip it from then on, wherever the read starts."""
+    from wf.store.conformance import log_entry
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.append_logs([log_entry(text) for text in ("a", "b", "c", "d")])
+        await lease.release()
+        assert [entry["text"] for entry in await store.read_logs(run.id, 3)] == ["d"]
+        await _damage(
+            schema,
+            'UPDATE {s}.wf_logs SET entry = (entry::jsonb || \'{{"ts": "x"}}\')::json'
+            " WHERE run_id = %s AND entry->>'text' = 'b'",
+            run.id,
+        )
+        assert [entry["text"] for entry in await store.read_logs(run.id)] == ["a", "c", "d"]
+        assert [entry["text"] for entry in await store.read_logs(run.id, 2)] == ["d"]
+        assert await store.read_logs(run.id, 3) == []
+    finally:
+        await store.close()
+
+
+async def test_step_log_entries_with_a_nul_or_a_surrogate_escape_are_read(schema: str) -> None:
+    """Entries wf writes are served whatever their text holds: a NUL (stored as ``\\u0000``,
+    which PostgreSQL's ``->`` and ``jsonb`` refuse) and a lone surrogate escaped as text."""
+    from wf.store.conformance import log_entry
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        texts = ["a\x00b", "\\ud800", "c"]
+        await lease.append_logs([log_entry(text, step="\x00") for text in texts])
+        await lease.release()
+        assert [entry["text"] for entry in await store.read_logs(run.id)] == texts
+        assert [entry["text"] for entry in await store.read_logs(run.id, 2)] == ["c"]
+    finally:
+        await store.close()
+
+
 async def test_pooled_connections_killed_while_idle_are_replaced(schema: str) -> None:
     """A server restart (here: every backend of the store terminated) must not fail the next
     operations: idle connections the server closed are dropped, not used.
@@ -2048,7 +2136,7 @@ async def test_a_version_13_database_gets_the_claim_index_of_runs_in_no_lane(
             from wf.store.postgres import _schema
 
             patch.setattr(_schema, "VERSION", 13)
-            patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:-1])
+            patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:12])
             head = await created(old, group="g")
             behind = await created(old, group="g")
             plain = await created(old)
@@ -2062,7 +2150,7 @@ async def test_a_version_13_database_gets_the_claim_index_of_runs_in_no_lane(
         finally:
             for lease in leases:
                 await lease.release()
-        assert await _version(schema) == str(VERSION) == "15"
+        assert await _version(schema) == str(VERSION)
         async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
             cur = await conn.execute(
                 "SELECT indexdef FROM pg_indexes WHERE schemaname = %s"
@@ -2089,7 +2177,7 @@ async def test_a_version_14_database_gets_the_index_of_schedules_by_next_fire(
             from wf.store.postgres import _schema
 
             patch.setattr(_schema, "VERSION", 14)
-            patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:-1])
+            patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:13])
             for schedule_id, at in (("due", 10.0), ("later", 20.0), ("paused", None)):
                 made = Schedule(schedule_id, "tests:flow", "* * * * *", next_run=at)
                 await old.save_schedule(made)
@@ -2099,7 +2187,7 @@ async def test_a_version_14_database_gets_the_index_of_schedules_by_next_fire(
     try:
         due, later = await store.due_schedules(15.0)
         assert [s.id for s in due] == ["due"] and later == 20.0
-        assert await _version(schema) == str(VERSION) == "15"
+        assert await _version(schema) == str(VERSION)
         async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
             cur = await conn.execute(
                 "SELECT indexdef FROM pg_indexes WHERE schemaname = %s"
@@ -2718,5 +2806,41 @@ async def test_a_lane_width_is_never_read_from_the_runs_input(schema: str) -> No
             assert behind.id not in {lease.run_id for lease in leases}
             for lease in leases:
                 await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_version_15_databases_step_logs_are_checked_by_readers(schema: str) -> None:
+    """Schema 16 marks the step log rows wf checked as it wrote them: rows of a version-15
+    database are checked by readers instead, a stray one among them skipped, and rows
+    appended after the upgrade are marked."""
+    from wf.store.conformance import log_entry
+
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+        await _schema_of_version(conn, schema, 15)
+        await conn.execute(
+            "INSERT INTO wf_runs (id, workflow, status, due_at, record) VALUES "
+            "('old-run', 'tests:flow', 'pending', 0, '{\"id\": \"old-run\", "
+            '"workflow": "tests:flow"}\')'
+        )
+        for entry in (log_entry("a"), {**log_entry("b"), "ts": "x"}, log_entry("c")):
+            await conn.execute(
+                "INSERT INTO wf_logs (run_id, entry) VALUES ('old-run', %s)",
+                [orjson.dumps(entry).decode()],
+            )
+    store = make(schema)
+    try:
+        assert [entry["text"] for entry in await store.read_logs("old-run")] == ["a", "c"]
+        assert [entry["text"] for entry in await store.read_logs("old-run", 1)] == ["c"]
+        lease = await acquire(store, "old-run")
+        await lease.append_logs([log_entry("d")])
+        await lease.release()
+        assert [entry["text"] for entry in await store.read_logs("old-run", 1)] == ["c", "d"]
+        assert await _version(schema) == str(VERSION)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
+            cur = await conn.execute(
+                f"SELECT entry->>'text', checked FROM {schema}.wf_logs ORDER BY seq"
+            )
+            assert await cur.fetchall() == [("a", None), ("b", None), ("c", None), ("d", True)]
     finally:
         await store.close()

@@ -96,7 +96,7 @@ _LOG_FIELDS: dict[str, tuple[type, ...]] = {
 has: every reader formats them (a time, a step's name), so one of another type is no entry."""
 
 
-def _log_entry(entry: object) -> bool:
+def is_log_entry(entry: object) -> bool:
     """Whether a decoded line is a step log entry: an object with a text and a time, and each
     field it has of its type."""
     if not isinstance(entry, dict) or "text" not in entry or "ts" not in entry:
@@ -118,6 +118,6 @@ def log_entries(lines: Iterable[bytes]) -> list[Any]:
             entry = orjson.loads(line)
         except orjson.JSONDecodeError:
             continue
-        if _log_entry(entry):
+        if is_log_entry(entry):
             entries.append(entry)
     return entries

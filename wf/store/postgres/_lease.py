@@ -39,6 +39,7 @@ from wf.store._base import (
     Store,
     lane_of,
 )
+from wf.store._decode import is_log_entry
 from wf.store.postgres._conn import encode, json_param, refused_value, refused_write
 from wf.store.postgres._schema import lock_key
 from wf.store.postgres._signals import QUEUE, RUN
@@ -59,9 +60,20 @@ that dies in between seldom leaves a finished step unrecorded (it runs again, as
 completion a crash kept from its journal does)."""
 
 _APPEND_LOGS = """
-INSERT INTO wf_logs (run_id, entry)
-SELECT %s, e.entry FROM json_array_elements(%s) WITH ORDINALITY AS e(entry, n) ORDER BY e.n
+INSERT INTO wf_logs (run_id, entry, checked)
+SELECT %s, e.entry, %s FROM json_array_elements(%s) WITH ORDINALITY AS e(entry, n) ORDER BY e.n
 """
+"""A batch of step log entries, ``checked`` (true, or NULL: readers check them) as
+``_checked`` found them (see ``_schema._LOGS_CHECKED``)."""
+
+
+def _checked(entries: Sequence[LogEntry]) -> bool | None:
+    """True if every entry is one as readers take it, read back (NaN would come back None)."""
+    for entry in entries:
+        if not is_log_entry(entry) or not math.isfinite(entry["ts"]):
+            return None
+    return True
+
 
 _SAVE = (
     """
@@ -509,7 +521,9 @@ class PostgresLease(Lease):
         ):
             # Logs are not the run's truth: no need to wait for the commit's flush.
             await conn.execute("SET LOCAL synchronous_commit TO off")
-            await conn.execute(_APPEND_LOGS, [self.run_id, json_param(list(entries))])
+            await conn.execute(
+                _APPEND_LOGS, [self.run_id, _checked(entries), json_param(list(entries))]
+            )
         self._session.signals.changed(RUN, self.run_id)
 
     # -- release --------------------------------------------------------------------------

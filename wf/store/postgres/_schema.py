@@ -30,7 +30,7 @@ from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError
 from wf.store.postgres import _users
 from wf.store.postgres._conn import Conn
 
-VERSION = 15
+VERSION = 16
 """The schema this code writes; a database stamped with a newer one is refused."""
 
 _TABLES = """
@@ -306,6 +306,28 @@ CREATE INDEX IF NOT EXISTS wf_schedules_next ON wf_schedules (next_run)
 fire (``due_schedules``), not every schedule (1,000 idle schedules had each pass read them all,
 and on PostgreSQL each fire's notification made every worker read them all again)."""
 
+_LOGS_CHECKED = """
+ALTER TABLE wf_logs ADD COLUMN IF NOT EXISTS checked boolean;
+CREATE INDEX IF NOT EXISTS wf_logs_unchecked ON wf_logs (run_id, seq) WHERE checked IS NOT TRUE;
+CREATE OR REPLACE FUNCTION wf_log_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.checked := NULL;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS wf_logs_changed ON wf_logs;
+CREATE TRIGGER wf_logs_changed BEFORE UPDATE ON wf_logs
+    FOR EACH ROW EXECUTE FUNCTION wf_log_changed();
+"""
+"""Which step log rows are entries as wf wrote them: ``checked`` is true on a row that
+``append_logs`` checked in Python (``_decode.is_log_entry``) and nothing changed since (an
+``UPDATE`` clears it: the trigger); NULL on a row another writer inserted, or one written
+before this version. Readers check those alone, in Python, found by the partial index (empty
+when no one else writes the table): checking every row's fields in SQL costs a parse of
+each row per field read (``json``, and ``jsonb`` costs one parse of each row) on every read,
+and PostgreSQL's ``->`` and ``jsonb`` refuse an entry holding ``\\u0000`` (a NUL a step
+printed). Adding the column rewrites nothing; the index is built from the rows already there
+(all of them: none is checked yet)."""
+
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows
     (3, _LOGS),  # step logs: what steps printed or logged, per attempt
@@ -321,6 +343,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     (13, _DELIVERIES),  # webhook deliveries kept for retries after the hook is released
     (14, _CLAIM_PLAIN),  # the queue in claim order without grouped runs: lanes by their heads
     (15, _SCHEDULES_DUE),  # schedules by next fire time: a pass reads the due ones alone
+    (16, _LOGS_CHECKED),  # step log rows checked as written: readers check the others alone
 ]
 """Numbered steps, in order: step ``n`` upgrades a schema of version ``n - 1``. A new step is
 appended with the next number (and ``VERSION`` raised to it); steps are idempotent, and all of

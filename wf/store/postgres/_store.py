@@ -39,7 +39,7 @@ from wf.store._base import (
     kept_count,
     lane_of,
 )
-from wf.store._decode import checked_events, checked_message, journal_problems
+from wf.store._decode import checked_events, checked_message, is_log_entry, journal_problems
 from wf.store.postgres._conn import (
     Conn,
     Unreadable,
@@ -403,18 +403,37 @@ FROM wf_runs r WHERE r.id = %(run)s
 """
 
 _LOGS = """
-SELECT (SELECT json_agg(entry ORDER BY seq)
-        FROM (SELECT seq, entry FROM wf_logs
-              WHERE run_id = r.id AND json_typeof(entry) = 'object'  -- as the local store skips
-              ORDER BY seq OFFSET %(start)s) l)
-FROM wf_runs r WHERE r.id = %(run)s
+SELECT l.entries, l.first,
+       EXISTS (SELECT FROM wf_logs WHERE run_id = r.id AND checked IS NOT TRUE)
+FROM wf_runs r,
+     LATERAL (SELECT json_agg(entry ORDER BY seq) AS entries, min(seq) AS first
+              FROM (SELECT seq, entry FROM wf_logs WHERE run_id = r.id
+                    ORDER BY seq OFFSET %(start)s) e) l
+WHERE r.id = %(run)s
 """
+"""A run's step log rows from ``start`` on, the ``seq`` of the first, and whether any row of
+the run is unchecked (``_schema._LOGS_CHECKED``): when none is, every row is an entry and
+these are the answer."""
+
+_UNCHECKED_LOGS = """
+SELECT array_agg(seq ORDER BY seq), json_agg(entry ORDER BY seq) FROM wf_logs
+WHERE run_id = %(run)s AND checked IS NOT TRUE AND (seq < %(before)s OR %(before)s IS NULL)
+"""
+"""The run's unchecked rows (before ``before``, if not None), from the partial index."""
+
+_UNCHECKED_ROWS = """
+SELECT seq, entry FROM wf_logs
+WHERE run_id = %(run)s AND checked IS NOT TRUE AND (seq < %(before)s OR %(before)s IS NULL)
+"""
+"""``_UNCHECKED_LOGS`` a row each, decoded alone: one that orjson cannot read spoils the
+aggregate."""
 
 _LOG_ROWS = """
-SELECT entry FROM wf_logs WHERE run_id = %(run)s AND json_typeof(entry) = 'object'
+SELECT entry FROM wf_logs WHERE run_id = %(run)s AND seq <> ALL(%(skip)s::bigint[])
 ORDER BY seq OFFSET %(start)s
 """
-"""``_LOGS`` an entry a row, each decoded alone."""
+"""``_LOGS`` without the rows ``skip``, left out before ``OFFSET``, an entry a row, each
+decoded alone."""
 
 _STREAMS = """
 SELECT s.name, s.chunks, s.closed
@@ -1518,17 +1537,38 @@ class PostgresStore(Store):
         return [bytes(c) for c in chunks or []], bool(closed)
 
     async def read_logs(self, run_id: str, start: int = 0) -> list[LogEntry]:
-        params = {"run": run_id, "start": max(0, start)}
+        params: dict[str, Any] = {"run": run_id, "start": max(0, start)}
         row = await self._fetchone("read step logs", _LOGS, params, run=run_id)
         if row is None:
             raise RunNotFound(run_id)
-        if isinstance(row[0], Unreadable):
-            # One entry orjson cannot read spoils the aggregate: read them one by one and
-            # skip it, as the local store skips a line it cannot read.
+        entries, first, unchecked = row
+        if not unchecked and not isinstance(entries, Unreadable):
+            found: list[LogEntry] = entries or []
+            return found
+        # Some row is not as wf wrote it (a stray write, or one from before schema 16): those
+        # that are no entry are skipped, as the local store skips such a line, and ``start``
+        # counts entries alone. The rows from ``start`` on hold the answer (skipping moves
+        # its first entry later, never earlier): it is their entries, less as many as there
+        # are rows before them that are no entry. One orjson cannot read is no entry either.
+        if isinstance(entries, Unreadable):  # it spoils the aggregate: a row at a time
+            params["skip"] = await self._stray_logs(run_id, None) if unchecked else []
             rows = await self._fetchall("read step logs", _LOG_ROWS, params, run=run_id)
-            return [entry for (entry,) in rows if isinstance(entry, dict)]
-        entries: list[LogEntry] = row[0] or []
-        return entries
+            return [entry for (entry,) in rows if is_log_entry(entry)]
+        if first is None:
+            return []
+        before = len(await self._stray_logs(run_id, first))
+        return [entry for entry in entries if is_log_entry(entry)][before:]
+
+    async def _stray_logs(self, run_id: str, before: int | None) -> list[int]:
+        """The ``seq`` of the run's unchecked step log rows (before ``before``) that are no
+        entry."""
+        params = {"run": run_id, "before": before}
+        row = await self._fetchone("read step logs", _UNCHECKED_LOGS, params, run=run_id)
+        if row is not None and not isinstance(row[1], Unreadable):
+            pairs = zip(row[0] or [], row[1] or [], strict=True)
+            return [seq for seq, entry in pairs if not is_log_entry(entry)]
+        rows = await self._fetchall("read step logs", _UNCHECKED_ROWS, params, run=run_id)
+        return [seq for seq, entry in rows if not is_log_entry(entry)]
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         rows = await self._fetchall("list streams", _STREAMS, [run_id], run=run_id)
