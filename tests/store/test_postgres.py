@@ -746,6 +746,27 @@ async def test_a_step_log_row_of_the_wrong_shape_is_skipped_as_a_stray_write(
         await store.close()
 
 
+@pytest.mark.parametrize("stray", [{"text": "no time"}, {"ts": math.nan, "text": "NaN"}])
+async def test_an_appended_step_log_entry_readers_would_not_take_is_skipped(
+    schema: str, stray: dict[str, Any]
+) -> None:
+    """``append_logs`` stores what it is given, and marks as checked only a batch of entries
+    readers take as they will read them back (a NaN time is stored as ``null``): the rest are
+    checked, and skipped, as any stray row."""
+    from wf.store.conformance import log_entry
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.append_logs([log_entry("a"), stray, log_entry("b")])
+        await lease.release()
+        assert [entry["text"] for entry in await store.read_logs(run.id)] == ["a", "b"]
+        assert [entry["text"] for entry in await store.read_logs(run.id, 1)] == ["b"]
+    finally:
+        await store.close()
+
+
 async def test_a_step_log_row_a_stray_update_changed_is_skipped(schema: str) -> None:
     """The case met: an ``UPDATE`` made a stored entry's ``ts`` a string, and the run's page
     failed. Readers skip it from then on, wherever the read starts."""
