@@ -746,7 +746,16 @@ async def test_a_step_log_row_of_the_wrong_shape_is_skipped_as_a_stray_write(
         await store.close()
 
 
-@pytest.mark.parametrize("stray", [{"text": "no time"}, {"ts": math.nan, "text": "NaN"}])
+@pytest.mark.parametrize(
+    "stray",
+    [
+        {"text": "no time"},
+        {"ts": math.nan, "text": "NaN"},
+        {"ts": math.inf, "text": "inf"},
+        {"ts": True, "text": "a bool"},
+        {"ts": 1.0, "text": "x", "step": 5},
+    ],
+)
 async def test_an_appended_step_log_entry_readers_would_not_take_is_skipped(
     schema: str, stray: dict[str, Any]
 ) -> None:
@@ -763,6 +772,61 @@ async def test_an_appended_step_log_entry_readers_would_not_take_is_skipped(
         await lease.release()
         assert [entry["text"] for entry in await store.read_logs(run.id)] == ["a", "b"]
         assert [entry["text"] for entry in await store.read_logs(run.id, 1)] == ["b"]
+    finally:
+        await store.close()
+
+
+async def test_a_step_log_entry_whose_time_is_no_64_bit_number_is_not_stored(
+    schema: str,
+) -> None:
+    """An int time beyond what JSON storage takes is refused as any value that is not JSON
+    (``StoreError``), not with an ``OverflowError`` of the check, and nothing is stored."""
+    from wf.store.conformance import log_entry
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        with pytest.raises(StoreError, match="not JSON"):
+            await lease.append_logs([log_entry("a"), {**log_entry("b"), "ts": 10**400}])
+        await lease.release()
+        assert await store.read_logs(run.id) == []
+    finally:
+        await store.close()
+
+
+def _count_queries(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queries ``store`` sends through its one-row and all-rows helpers, as sent."""
+    sent: list[str] = []
+    for name in ("_fetchone", "_fetchall"):
+        method = getattr(store, name)
+
+        async def spy(what: str, query: str, *args: Any, _method: Any = method, **kw: Any) -> Any:
+            sent.append(query)
+            return await _method(what, query, *args, **kw)
+
+        monkeypatch.setattr(store, name, spy)
+    return sent
+
+
+async def test_step_logs_wf_wrote_are_read_in_one_query(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows ``append_logs`` wrote are read by one query, with no look at stray rows: a
+    change that sent every read down the path that checks rows would fail here."""
+    from wf.store.conformance import log_entry
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.append_logs([log_entry(str(n), level="INFO") for n in range(5)])
+        await lease.append_logs([log_entry(str(n)) for n in range(5, 10)])
+        await lease.release()
+        sent = _count_queries(store, monkeypatch)
+        assert [entry["text"] for entry in await store.read_logs(run.id, 8)] == ["8", "9"]
+        assert len(await store.read_logs(run.id)) == 10
+        assert len(sent) == 2
     finally:
         await store.close()
 
@@ -2831,10 +2895,13 @@ async def test_a_lane_width_is_never_read_from_the_runs_input(schema: str) -> No
         await store.close()
 
 
-async def test_a_version_15_databases_step_logs_are_checked_by_readers(schema: str) -> None:
-    """Schema 16 marks the step log rows wf checked as it wrote them: rows of a version-15
-    database are checked by readers instead, a stray one among them skipped, and rows
-    appended after the upgrade are marked."""
+async def test_a_version_15_databases_step_logs_are_trusted_without_a_rewrite(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 16 takes the step log rows already there as wf wrote them: adding the column
+    rewrites nothing, its partial index is built empty, and an old run's rows are read by
+    one query. One a stray write damaged before the upgrade is still never served: it is left
+    out of the answer (and, alone of stray rows, counted by ``start``)."""
     from wf.store.conformance import log_entry
 
     async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
@@ -2849,19 +2916,32 @@ async def test_a_version_15_databases_step_logs_are_checked_by_readers(schema: s
                 "INSERT INTO wf_logs (run_id, entry) VALUES ('old-run', %s)",
                 [orjson.dumps(entry).decode()],
             )
+        relation = "SELECT relfilenode FROM pg_class WHERE oid = 'wf_logs'::regclass"
+        before = await (await conn.execute(relation)).fetchone()
     store = make(schema)
     try:
+        sent = _count_queries(store, monkeypatch)
         assert [entry["text"] for entry in await store.read_logs("old-run")] == ["a", "c"]
+        assert [entry["text"] for entry in await store.read_logs("old-run", 2)] == ["c"]
+        assert len(sent) == 2
         assert [entry["text"] for entry in await store.read_logs("old-run", 1)] == ["c"]
         lease = await acquire(store, "old-run")
         await lease.append_logs([log_entry("d")])
         await lease.release()
-        assert [entry["text"] for entry in await store.read_logs("old-run", 1)] == ["c", "d"]
+        assert [entry["text"] for entry in await store.read_logs("old-run", 3)] == ["d"]
+        await _damage(schema, "INSERT INTO {s}.wf_logs (run_id, entry) VALUES ('old-run', '[]')")
         assert await _version(schema) == str(VERSION)
         async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as conn:
-            cur = await conn.execute(
-                f"SELECT entry->>'text', checked FROM {schema}.wf_logs ORDER BY seq"
-            )
-            assert await cur.fetchall() == [("a", None), ("b", None), ("c", None), ("d", True)]
+            await conn.execute(f"SET search_path TO {schema}")
+            assert await (await conn.execute(relation)).fetchone() == before
+            cur = await conn.execute("SELECT entry->>'text', checked FROM wf_logs ORDER BY seq")
+            assert await cur.fetchall() == [
+                ("a", False),
+                ("b", False),
+                ("c", False),
+                ("d", True),
+                (None, None),
+            ]
+        assert [entry["text"] for entry in await store.read_logs("old-run", 3)] == ["d"]
     finally:
         await store.close()

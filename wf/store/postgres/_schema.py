@@ -231,13 +231,13 @@ DROP TRIGGER IF EXISTS wf_runs_count_update ON wf_runs;
 DROP TRIGGER IF EXISTS wf_runs_count_delete ON wf_runs;
 DROP TRIGGER IF EXISTS wf_tombstones_count ON wf_tombstones;
 CREATE TRIGGER wf_runs_count_insert AFTER INSERT ON wf_runs
-    FOR EACH ROW EXECUTE FUNCTION wf_count_run();
+    FOR EACH ROW EXECUTE PROCEDURE wf_count_run();
 CREATE TRIGGER wf_runs_count_update AFTER UPDATE ON wf_runs
-    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION wf_count_run();
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE PROCEDURE wf_count_run();
 CREATE TRIGGER wf_runs_count_delete AFTER DELETE ON wf_runs
-    FOR EACH ROW EXECUTE FUNCTION wf_count_run();
+    FOR EACH ROW EXECUTE PROCEDURE wf_count_run();
 CREATE TRIGGER wf_tombstones_count AFTER INSERT OR DELETE ON wf_tombstones
-    FOR EACH ROW EXECUTE FUNCTION wf_count_tombstone();
+    FOR EACH ROW EXECUTE PROCEDURE wf_count_tombstone();
 DELETE FROM wf_counts;
 INSERT INTO wf_counts (name, shard, n) SELECT status, 0, count(*) FROM wf_runs GROUP BY status;
 INSERT INTO wf_counts (name, shard, n) SELECT 'tombstones', 0, count(*) FROM wf_tombstones;
@@ -307,8 +307,9 @@ fire (``due_schedules``), not every schedule (1,000 idle schedules had each pass
 and on PostgreSQL each fire's notification made every worker read them all again)."""
 
 _LOGS_CHECKED = """
-ALTER TABLE wf_logs ADD COLUMN IF NOT EXISTS checked boolean;
-CREATE INDEX IF NOT EXISTS wf_logs_unchecked ON wf_logs (run_id, seq) WHERE checked IS NOT TRUE;
+ALTER TABLE wf_logs ADD COLUMN IF NOT EXISTS checked boolean DEFAULT false;
+ALTER TABLE wf_logs ALTER COLUMN checked DROP DEFAULT;
+CREATE INDEX IF NOT EXISTS wf_logs_unchecked ON wf_logs (run_id, seq) WHERE checked IS NULL;
 CREATE OR REPLACE FUNCTION wf_log_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     NEW.checked := NULL;
@@ -316,18 +317,21 @@ BEGIN
 END $$;
 DROP TRIGGER IF EXISTS wf_logs_changed ON wf_logs;
 CREATE TRIGGER wf_logs_changed BEFORE UPDATE ON wf_logs
-    FOR EACH ROW EXECUTE FUNCTION wf_log_changed();
+    FOR EACH ROW EXECUTE PROCEDURE wf_log_changed();
 """
 """Which step log rows are entries as wf wrote them: ``checked`` is true on a row that
 ``append_logs`` checked in Python (``_decode.is_log_entry``) and that nothing changed since
 (the trigger clears it on any ``UPDATE``; wf never updates a log row, so its writes pay
-nothing); NULL on a row another writer inserted, or one written before this version. Readers
-check those alone, in Python, found by the partial index (empty when only wf writes the
-table). Checking every row in SQL on every read was too slow (each ``->`` of a ``json`` parses
-the row again: ~45x; one ``::jsonb`` a row: 3.6x to 18x), and fails on an entry wf wrote:
-PostgreSQL's ``->`` and ``jsonb`` refuse ``\\u0000`` (a NUL a step printed) anywhere in the
-row. Adding the column rewrites nothing; the index is built from the rows already there (all
-of them: none is checked yet; 500,000 rows took ~1 s)."""
+nothing); false on a row that was there at this upgrade (trusted as wf's: readers drop one
+that is no entry from their answer, but count it in ``start``); NULL on a row another writer
+inserted after it. Readers check the NULL rows alone, in Python, found by the partial index
+(empty when only wf writes the table, and built empty at the upgrade). Checking every row in
+SQL on every read was too slow (each ``->`` of a ``json`` parses the row again: ~45x; one
+``::jsonb`` a row: 3.6x to 18x), and fails on an entry wf wrote: PostgreSQL's ``->`` and
+``jsonb`` refuse ``\\u0000`` (a NUL a step printed) anywhere in the row. The default is kept
+in the catalog, not written to the rows (PostgreSQL 11 and newer: no rewrite, a 10 rewrites
+the table once), and dropped so that a row another writer inserts gets NULL. ``EXECUTE
+PROCEDURE``, not ``FUNCTION``: PostgreSQL 10 has only that spelling."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows

@@ -403,27 +403,29 @@ FROM wf_runs r WHERE r.id = %(run)s
 """
 
 _LOGS = """
-SELECT l.entries, l.first,
-       EXISTS (SELECT FROM wf_logs WHERE run_id = r.id AND checked IS NOT TRUE)
+SELECT l.entries, l.first, l.checked,
+       EXISTS (SELECT FROM wf_logs WHERE run_id = r.id AND checked IS NULL)
 FROM wf_runs r,
-     LATERAL (SELECT json_agg(entry ORDER BY seq) AS entries, min(seq) AS first
-              FROM (SELECT seq, entry FROM wf_logs WHERE run_id = r.id
+     LATERAL (SELECT json_agg(entry ORDER BY seq) AS entries, min(seq) AS first,
+                     bool_and(checked) AS checked
+              FROM (SELECT seq, entry, checked FROM wf_logs WHERE run_id = r.id
                     ORDER BY seq OFFSET %(start)s) e) l
 WHERE r.id = %(run)s
 """
-"""A run's step log rows from ``start`` on, the ``seq`` of the first, and whether any row of
-the run is unchecked (``_schema._LOGS_CHECKED``): when none is, every row is an entry and
-these are the answer."""
+"""A run's step log rows from ``start`` on, the ``seq`` of the first, whether all of those
+were checked as written (false: some were there at schema 16's upgrade), and whether any row
+of the run is unchecked (``_schema._LOGS_CHECKED``): when none is, the rows are the answer
+(less any from before the upgrade that is no entry)."""
 
 _UNCHECKED_LOGS = """
 SELECT array_agg(seq ORDER BY seq), json_agg(entry ORDER BY seq) FROM wf_logs
-WHERE run_id = %(run)s AND checked IS NOT TRUE AND (seq < %(before)s OR %(before)s IS NULL)
+WHERE run_id = %(run)s AND checked IS NULL AND (seq < %(before)s OR %(before)s IS NULL)
 """
 """The run's unchecked rows (before ``before``, if not None), from the partial index."""
 
 _UNCHECKED_ROWS = """
 SELECT seq, entry FROM wf_logs
-WHERE run_id = %(run)s AND checked IS NOT TRUE AND (seq < %(before)s OR %(before)s IS NULL)
+WHERE run_id = %(run)s AND checked IS NULL AND (seq < %(before)s OR %(before)s IS NULL)
 """
 """``_UNCHECKED_LOGS`` a row each, decoded alone: one that orjson cannot read spoils the
 aggregate."""
@@ -1541,15 +1543,17 @@ class PostgresStore(Store):
         row = await self._fetchone("read step logs", _LOGS, params, run=run_id)
         if row is None:
             raise RunNotFound(run_id)
-        entries, first, unchecked = row
+        entries, first, checked, unchecked = row
         if not unchecked and not isinstance(entries, Unreadable):
             found: list[LogEntry] = entries or []
+            if checked is False:  # rows from before schema 16, trusted: one may be damaged
+                return [entry for entry in found if is_log_entry(entry)]
             return found
-        # Some row is not as wf wrote it (a stray write, or one from before schema 16): those
-        # that are no entry are skipped, as the local store skips such a line, and ``start``
-        # counts entries alone. The rows from ``start`` on hold the answer (skipping moves
-        # its first entry later, never earlier): it is their entries, less as many as there
-        # are rows before them that are no entry. One orjson cannot read is no entry either.
+        # Some row is not as wf wrote it (a stray write): those that are no entry are
+        # skipped, as the local store skips such a line, and ``start`` counts entries alone.
+        # The rows from ``start`` on hold the answer (skipping moves its first entry later,
+        # never earlier): it is their entries, less as many as there are rows before them
+        # that are no entry. One orjson cannot read is no entry either.
         if isinstance(entries, Unreadable):  # it spoils the aggregate: a row at a time
             params["skip"] = await self._stray_logs(run_id, None) if unchecked else []
             rows = await self._fetchall("read step logs", _LOG_ROWS, params, run=run_id)
