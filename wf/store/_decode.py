@@ -96,15 +96,29 @@ _LOG_FIELDS: dict[str, tuple[type, ...]] = {
 has: every reader formats them (a time, a step's name), so one of another type is no entry."""
 
 
+_LOG_SHAPES: set[tuple[object, ...]] = set()
+"""Shapes of objects found to be entries: the keys, then the exact type of each value (the
+tuple's halves). Whether an object is an entry depends on its shape alone, and the engine's
+writer makes a few (a print or a log record, with or without a trace): a known one is
+recognized without a look at each field (about half the cost)."""
+
+
 def is_log_entry(entry: object) -> bool:
     """Whether a decoded line is a step log entry: an object with a text and a time, and each
     field it has of its type."""
+    shape = None
+    if type(entry) is dict:
+        shape = (*entry, *map(type, entry.values()))
+        if shape in _LOG_SHAPES:
+            return True
     if not isinstance(entry, dict) or "text" not in entry or "ts" not in entry:
         return False
     for field, types in _LOG_FIELDS.items():
         value = entry.get(field)
         if field in entry and (not isinstance(value, types) or isinstance(value, bool)):
             return False
+    if shape is not None and len(_LOG_SHAPES) < 64:
+        _LOG_SHAPES.add(shape)
     return True
 
 
