@@ -323,15 +323,17 @@ CREATE TRIGGER wf_logs_changed BEFORE UPDATE ON wf_logs
 ``append_logs`` checked in Python (``_decode.is_log_entry``) and that nothing changed since
 (the trigger clears it on any ``UPDATE``; wf never updates a log row, so its writes pay
 nothing); false on a row that was there at this upgrade (trusted as wf's: readers drop one
-that is no entry from their answer, but count it in ``start``); NULL on a row another writer
-inserted after it. Readers check the NULL rows alone, in Python, found by the partial index
-(empty when only wf writes the table, and built empty at the upgrade). Checking every row in
-SQL on every read was too slow (each ``->`` of a ``json`` parses the row again: ~45x; one
-``::jsonb`` a row: 3.6x to 18x), and fails on an entry wf wrote: PostgreSQL's ``->`` and
-``jsonb`` refuse ``\\u0000`` (a NUL a step printed) anywhere in the row. The default is kept
-in the catalog, not written to the rows (PostgreSQL 11 and newer: no rewrite, a 10 rewrites
-the table once), and dropped so that a row another writer inserts gets NULL. ``EXECUTE
-PROCEDURE``, not ``FUNCTION``: PostgreSQL 10 has only that spelling."""
+that is no entry from their answer, but count it in ``start``; checking an old run's 10,000
+entries in Python made reading them whole ~1.4x as long, their last lines no longer); NULL
+on a row another writer inserted after it. Readers check the NULL rows alone, in Python,
+found by the partial index (empty when only wf writes the table, and built empty at the
+upgrade). Checking every row in SQL on every read was too slow (each ``->`` of a ``json``
+parses the row again: ~45x; one ``::jsonb`` a row: 3.6x to 18x), and fails on an entry wf
+wrote: PostgreSQL's ``->`` and ``jsonb`` refuse ``\\u0000`` (a NUL a step printed) anywhere
+in the row. The default is kept in the catalog, not written to the rows (PostgreSQL 11 and
+newer: no rewrite; 10 rewrites the table once), and dropped so that a row another writer
+inserts gets NULL. ``EXECUTE PROCEDURE``, not ``FUNCTION``: PostgreSQL 10 has only that
+spelling."""
 
 MIGRATIONS: list[tuple[int, str]] = [
     (2, _QUEUES),  # queues: priority, named queue, group lane; rate-limit windows

@@ -408,14 +408,16 @@ SELECT l.entries, l.first, l.checked,
 FROM wf_runs r,
      LATERAL (SELECT json_agg(entry ORDER BY seq) AS entries, min(seq) AS first,
                      bool_and(checked) AS checked
-              FROM (SELECT seq, entry, checked FROM wf_logs WHERE run_id = r.id
+              FROM (SELECT seq, entry, checked FROM wf_logs WHERE run_id = %(run)s
                     ORDER BY seq OFFSET %(start)s) e) l
 WHERE r.id = %(run)s
 """
 """A run's step log rows from ``start`` on, the ``seq`` of the first, whether all of those
 were checked as written (false: some were there at schema 16's upgrade), and whether any row
 of the run is unchecked (``_schema._LOGS_CHECKED``): when none is, the rows are the answer
-(less any from before the upgrade that is no entry)."""
+(less any from before the upgrade that is no entry). The rows are found by ``%(run)s``, not
+``r.id``: a generic plan (a statement prepared after its fifth run) of the lateral reference
+read the whole table."""
 
 _UNCHECKED_LOGS = """
 SELECT array_agg(seq ORDER BY seq), json_agg(entry ORDER BY seq) FROM wf_logs
