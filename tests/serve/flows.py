@@ -269,3 +269,26 @@ async def napper(naps: int) -> str:
     for _ in range(naps):  # a wake-up ends one nap: the next begins
         await wf.sleep(3600)
     return "rested"
+
+
+@wf.step
+async def big_value(size: int) -> str:
+    return "x" * size
+
+
+@wf.workflow
+async def big_output(size: int) -> str:
+    """A run whose one step's result, and so its output, is ``size`` characters."""
+    return await big_value(size)
+
+
+@wf.step(name="step\u202eevil")
+async def bidi_step(text: str) -> str:
+    print(f"said {text}")
+    return text
+
+
+@wf.workflow(name="flow\u202edrow")
+async def bidi_names(text: str) -> str:
+    """A workflow and a step whose names carry a right-to-left override."""
+    return await bidi_step(text)
