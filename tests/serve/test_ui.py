@@ -351,14 +351,12 @@ async def test_a_long_runs_detail_is_worked_out_off_the_loop_and_is_the_same(
     """Past ``OFF_LOOP_EVENTS`` journal events a run's detail is analysed, laid out and encoded
     in a thread (a 30,000-step run's took 0.7 s of the server's loop): the same answer."""
     from wf.admin import _read
-    from wf.serve import _api
 
     run_id = await api.start("counter", 12)
     await api.result(run_id)
     on_loop = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
     page_on_loop = (await api.client.get(f"/runs/{run_id}")).text
     monkeypatch.setattr(_read, "OFF_LOOP_EVENTS", 0)
-    monkeypatch.setattr(_api, "OFF_LOOP_EVENTS", 0)
     off_loop = (await api.client.get(f"/api/v1/runs/{run_id}")).json()
     assert off_loop == on_loop and len(on_loop["steps"]) == 12
     assert (await api.client.get(f"/runs/{run_id}")).text == page_on_loop

@@ -38,6 +38,37 @@ a few ms of the loop build, measured on a run of 1,500 events: its page 75 ms, i
 document 10 ms, its analysis 2 ms; 4 requests for a run of 4,800 events held a cheap request
 about 1 s when the bound was 5,000."""
 
+OFF_LOOP_WEIGHT = 64 * 1024
+"""A run whose values (input, output, error, its journal's events) weigh more than this (about
+the characters of their text) has its document or page laid out in a thread too, however
+short its journal: a step returning 20 MB made a page that took 5.7 s to build, and every
+other request of the server waited."""
+
+
+def heavy(detail: RunDetail) -> bool:
+    """Whether laying out ``detail`` (a page, a JSON document) is work for a thread: a journal
+    longer than ``OFF_LOOP_EVENTS``, or values weighing more than ``OFF_LOOP_WEIGHT``. Weighed
+    without encoding anything, and only until the bound is passed: a few ms at most."""
+    if len(detail.events) > OFF_LOOP_EVENTS:
+        return True
+    run = detail.run
+    stack: list[Any] = [run.input, run.output, run.error, detail.events]
+    weight = 0
+    while stack:
+        value = stack.pop()
+        weight += 8
+        if isinstance(value, str | bytes):
+            weight += len(value)
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        if weight > OFF_LOOP_WEIGHT:
+            return True
+    return False
+
+
 SEARCH_BUDGET = 5_000
 """At most this many runs are read for one page of a search by a part of an id (no index
 holds substrings of ids), so a search answers in bounded time; the page says how many it read

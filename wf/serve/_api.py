@@ -22,7 +22,7 @@ from wf._tasks import in_thread_alone
 from wf.admin import _feed as admin_feed
 from wf.admin._control import check_stream, live_hook
 from wf.admin._logs import log_page
-from wf.admin._read import OFF_LOOP_EVENTS, existing_run, readable
+from wf.admin._read import existing_run, heavy, readable
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, ApiJSON
 from wf.serve._routing import by_method
@@ -83,9 +83,9 @@ async def get_run(request: Request) -> Response:
     run_id = params.run_id(request)
     events = params.flag(request, "events", True)
     detail = await admin.run_detail(state(request).store, run_id)
-    if len(detail.events) > OFF_LOOP_EVENTS:
-        # A long run's document (18 MB for 30,000 steps) is laid out and encoded in a thread,
-        # so that the server answers other requests meanwhile.
+    if heavy(detail):
+        # A long run's document (18 MB for 30,000 steps), or one with big values, is laid out
+        # and encoded in a thread, so that the server answers other requests meanwhile.
         return await in_thread_alone(lambda: ApiJSON(admin.http_detail_json(detail, events=events)))
     return ApiJSON(admin.http_detail_json(detail, events=events))
 

@@ -131,12 +131,50 @@ def error_text(error: dict[str, Any] | None) -> str:
     return "wf." + text.removeprefix("wf._exceptions.") if text.startswith("wf._exc") else text
 
 
-def pretty(value: Any) -> str:
-    """A JSON value, indented, escaped, in a ``pre`` block. Text holding lone surrogates
-    (which no page can carry as UTF-8) shows them as their JSON escapes (``\\ud800``), as
-    the CLI does: the same JSON value."""
-    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
-    return f'<pre class="json">{esc(text)}</pre>'
+SHOWN_VALUE = 64 * 1024
+"""Characters of a value's text (its indented JSON, an error's message or traceback) a page
+shows; past it the page says how big the whole is and where to read it (``cut_note``). A step
+returning 20 MB made a 40 MB run page (the output and the step's result) that took 5.7 s to
+build."""
+
+SHOWN_LINE = 2000
+"""Characters of recorded text a one-line place (a table cell, a tooltip) shows."""
+
+
+def cut(text: str, limit: int = SHOWN_VALUE) -> tuple[str, int]:
+    """``text``'s first ``limit`` characters, and the size in bytes (UTF-8) of the whole if
+    it was cut (else 0)."""
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit], len(text.encode("utf-8", "surrogatepass"))
+
+
+def cut_note(size: int, link: str) -> str:
+    """The note under a value ``cut`` left ``size`` bytes of: where the whole value is."""
+    if not size:
+        return ""
+    return (
+        f'<p class="cut warn-text">cut: {size:,} bytes, full value at '
+        f'<a href="{esc(link)}"><code>GET {esc(link)}</code></a></p>'
+    )
+
+
+def pretty(value: Any, *, full: str = "") -> str:
+    """A JSON value, indented, escaped, in a ``pre`` block. Its control and bidi characters
+    (and lone surrogates, which no page can carry as UTF-8) show as their JSON escapes
+    (``\\u202e``, ``\\ud800``), as the CLI shows them: the same JSON value. Past
+    ``SHOWN_VALUE`` characters it is cut, with a note linking to ``full``, the API's
+    endpoint that has it whole."""
+    text, size = cut(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    shown = _format.visible_json(text) + ("…" if size else "")
+    return f'<pre class="json">{esc(shown)}</pre>' + cut_note(size, full)
+
+
+def one_line(value: Any, limit: int = SHOWN_LINE) -> str:
+    """Recorded text for a one-line place, as ``line`` shows it, its first ``limit``
+    characters (then ``…``)."""
+    text, size = cut("" if value is None else str(value), limit)
+    return line(text + ("…" if size else ""))
 
 
 def csrf_field(token: str) -> str:

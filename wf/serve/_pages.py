@@ -19,11 +19,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf.admin._words import last_run_waiting
+from wf.admin._words import last_run_waiting, visible
 from wf.engine._cron import zoned_time
 from wf.serve._html import (
     action_button,
     badge,
+    cut,
     damaged_notice,
     duration,
     esc,
@@ -209,7 +210,7 @@ def logs_section(run_id: str, entries: Sequence[LogEntry], total: int) -> str:
             flush()
             current = attempt
             parts.append(
-                f'<h3 class="log-head">{esc(entry.get("step"))} '
+                f'<h3 class="log-head">{line(entry.get("step"))} '
                 f'<span class="dim">· attempt {esc(entry.get("attempt"))} · '
                 f"{when(entry.get('ts'))}</span></h3>"
             )
@@ -218,14 +219,24 @@ def logs_section(run_id: str, entries: Sequence[LogEntry], total: int) -> str:
     return f'<div class="logs">{"".join(parts)}</div>'
 
 
+SHOWN_LOG_TEXT = 4096
+"""Characters of one log entry's text the run page shows (of ``LOG_LINES`` entries)."""
+
+
 def _log_line(entry: LogEntry) -> str:
-    text = esc(str(entry.get("text", "")).rstrip("\n"))
+    # Recorded text: its control and bidi characters shown as escapes, its line breaks kept;
+    # a huge entry (a step printed megabytes) cut, as the run page cuts a value.
+    whole = str(entry.get("text", "")).rstrip("\n")
+    shown, size = cut(whole, SHOWN_LOG_TEXT)
+    text = esc(visible(shown, newlines=True))
+    if size:
+        text += esc(f"… (cut: {size:,} bytes; wf logs has it whole)")
     stream = entry.get("stream")
     if stream == "log":
         level = str(entry.get("level", "LOG"))
         tone = "bad-text" if level in ("ERROR", "CRITICAL") else "warn-text"
         tone = tone if level not in ("DEBUG", "INFO") else "dim"
-        mark = f'<span class="{tone}">[{esc(level)} {esc(entry.get("logger", ""))}]</span> '
+        mark = f'<span class="{tone}">[{line(level)} {line(entry.get("logger", ""))}]</span> '
         return f'<span class="line log">{mark}{text}</span>\n'
     if stream == "stderr":
         return f'<span class="line stderr"><span class="warn-text">[stderr]</span> {text}</span>\n'

@@ -8,18 +8,22 @@ import json
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
-from wf.admin._words import SHOWN_BY_NAME, recovery_text, stream_state
+from wf.admin._words import SHOWN_BY_NAME, recovery_text, stream_state, visible, visible_json
 from wf.engine._webhooks import webhook_path
 from wf.serve._html import (
+    SHOWN_LINE,
     Moments,
     action_button,
     badge,
     csrf_field,
+    cut,
+    cut_note,
     damaged_notice,
     duration,
     error_text,
     esc,
     line,
+    one_line,
     pretty,
     segment,
     when,
@@ -239,7 +243,7 @@ def timeline(detail: RunDetail) -> str:
         width = min(width, 100 - left) if left < 100 else 0.35
         return (
             f'<span class="bar {tone}{extra}" style="left:{left:.3f}%;width:{width:.3f}%"'
-            f' title="{line(title)}"></span>'
+            f' title="{one_line(title)}"></span>'
         )
 
     rows = []
@@ -332,7 +336,7 @@ def steps_table(detail: RunDetail) -> str:
             name = f'<a class="mono" href="/runs/{segment(row.name)}">{line(row.name)}</a>'
         else:
             name = line(row.name)
-        detail_text = error_text(row.error)
+        detail_text, _ = cut(error_text(row.error), SHOWN_LINE)  # the cell and its title
         if detail_text and row.status == "completed":
             detail_text = "earlier attempt: " + detail_text
         moments = Moments()  # a sleep's end: shown in the reader's local time, as every time
@@ -363,10 +367,18 @@ def _errors(detail: RunDetail) -> str:
             f"step “{failure.name}” attempt {failure.attempt}" if failure.op is not None else "run"
         )
         retried = " (retried)" if failure.retried else ""
-        trace = f"<pre class='trace'>{esc(failure.traceback)}</pre>" if failure.traceback else ""
+        full = f"/api/v1/runs/{segment(detail.run.id)}/events"  # the failure's event whole
+        message, message_size = cut(failure.message or "")
+        traceback, traceback_size = cut(failure.traceback or "")
+        trace = (
+            f"<pre class='trace'>{esc(visible(traceback, newlines=True))}</pre>"
+            if traceback
+            else ""
+        )
         items.append(
             f"<details><summary>{when(failure.ts)} {line(where)}{retried}: "
-            f"<b>{line(failure.type)}</b>: {line(failure.message)}</summary>{trace}</details>"
+            f"<b>{line(failure.type)}</b>: {line(message)}</summary>"
+            f"{cut_note(message_size, full)}{trace}{cut_note(traceback_size, full)}</details>"
         )
     return f"<h3>Errors</h3><div class='errors'>{''.join(items)}</div>"
 
@@ -377,12 +389,15 @@ def events_table(detail: RunDetail) -> str:
     first = max(0, len(detail.events) - SHOWN_EVENTS)
     for index, event in enumerate(detail.events[first:], start=first):
         rest = {k: v for k, v in event.items() if k not in _EVENT_NOISE}
+        # Its JSON text, control and bidi characters as JSON escapes (``\\u202e``): the cell
+        # its start, the tooltip more (never a big value whole: ``values`` links to it).
         text = json.dumps(rest, ensure_ascii=False, default=str)
-        short = text if len(text) <= 160 else text[:159] + "…"
+        short = visible_json(text if len(text) <= 160 else text[:159] + "…")
+        title = visible_json(text if len(text) <= SHOWN_LINE else text[:SHOWN_LINE] + "…")
         rows.append(
             f"<tr><td class='num'>{index}</td><td>{when(event.get('ts'))}</td>"
-            f"<td class='mono'>{esc(event.get('type'))}</td>"
-            f"<td class='mono info' title='{esc(text[:2000])}'>{esc(short)}</td></tr>"
+            f"<td class='mono'>{one_line(event.get('type'))}</td>"
+            f"<td class='mono info' title='{esc(title)}'>{esc(short)}</td></tr>"
         )
     return (
         _left_out(len(detail.events) - first, len(detail.events), "events", detail.run.id)
@@ -395,21 +410,26 @@ def events_table(detail: RunDetail) -> str:
 def values(detail: RunDetail) -> str:
     """The run's input and output (or error), and each step's recorded result."""
     run = detail.run
-    parts = [f"<h3>Input</h3>{pretty(run.input)}"]
+    api = f"/api/v1/runs/{segment(run.id)}"
+    # Each value once, cut past ``SHOWN_VALUE`` characters with a link to the API's endpoint
+    # that has it whole: the detail (input), the result (output, error), the journal's event.
+    parts = [f"<h3>Input</h3>{pretty(run.input, full=api + '?events=false')}"]
     if run.status.value == "completed":
-        parts.append(f"<h3>Output</h3>{pretty(run.output)}")
+        parts.append(f"<h3>Output</h3>{pretty(run.output, full=api + '/result')}")
     elif run.error:
-        parts.append(f"<h3>Error</h3>{pretty({k: run.error.get(k) for k in ('type', 'message')})}")
+        error = {k: run.error.get(k) for k in ("type", "message")}
+        parts.append(f"<h3>Error</h3>{pretty(error, full=api + '/result')}")
     results = [
-        (e.get("op"), e.get("name"), e.get("result"))
-        for e in detail.events
+        (index, e.get("op"), e.get("name"), e.get("result"))
+        for index, e in enumerate(detail.events)
         if e.get("type") == "step_completed"
     ]
     if results:
         shown = results[-SHOWN_OPERATIONS:]
         items = "".join(
-            f"<details><summary>op {op} · {line(name)}</summary>{pretty(result)}</details>"
-            for op, name, result in shown
+            f"<details><summary>op {op} · {line(name)}</summary>"
+            f"{pretty(result, full=f'{api}/events?start={index}&limit=1')}</details>"
+            for index, op, name, result in shown
         )
         left_out = _left_out(len(shown), len(results), "step results", run.id)
         parts.append(f"<h3>Step results</h3>{left_out}{items}")

@@ -112,10 +112,10 @@ async def run_page(request: Request) -> Response:
         why = admin.explain(detail)
         return run_body(detail, why, csrf, message=message, error=error, logs=logs)
 
-    # A page costs about 50 µs a journal event to lay out (75 ms for 1,500): past a few ms'
-    # worth, in a thread, so that the server answers other requests meanwhile.
-    long = len(detail.events) > _read.OFF_LOOP_EVENTS
-    body = await in_thread_alone(build) if long else build()
+    # A page costs about 50 µs a journal event to lay out (75 ms for 1,500), and more for big
+    # values (each cut, but encoded first): past a few ms' worth, in a thread, so that the
+    # server answers other requests and drives runs meanwhile.
+    body = await in_thread_alone(build) if _read.heavy(detail) else build()
     live = url("/api/v1/events", run=run_id)
     return html_response(
         page(run_id, body, store=_store_label(server), live=live, signout=_signout(request))
