@@ -391,7 +391,7 @@ def events_table(detail: RunDetail) -> str:
         rest = {k: v for k, v in event.items() if k not in _EVENT_NOISE}
         # Its JSON text, control and bidi characters as JSON escapes (``\\u202e``): the cell
         # its start, the tooltip more (never a big value whole: ``values`` links to it).
-        text = json.dumps(rest, ensure_ascii=False, default=str)
+        text = json.dumps(_start_of(rest), ensure_ascii=False, default=str)
         short = visible_json(text if len(text) <= 160 else text[:159] + "…")
         title = visible_json(text if len(text) <= SHOWN_LINE else text[:SHOWN_LINE] + "…")
         rows.append(
@@ -405,6 +405,22 @@ def events_table(detail: RunDetail) -> str:
         "<th>time</th><th>type</th><th>details</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def _start_of(value: Any, keep: int = SHOWN_LINE) -> Any:
+    """``value`` with each text past ``keep`` characters, and each list or object past ``keep``
+    items, cut: its JSON's first ``keep`` characters are the whole value's (a journal row shows
+    no more), without encoding megabytes it would not show."""
+    if isinstance(value, str):
+        return value[:keep]
+    if isinstance(value, list | tuple):
+        return [_start_of(item, keep) for item in value[:keep]]
+    if isinstance(value, dict):
+        return {
+            key: _start_of(item, keep)
+            for _, (key, item) in zip(range(keep), value.items(), strict=False)
+        }
+    return value
 
 
 def values(detail: RunDetail) -> str:
