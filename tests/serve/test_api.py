@@ -483,13 +483,13 @@ async def test_a_slow_listing_never_delays_a_run_detail(
         pytest.skip("the PostgreSQL store's reads are asynchronous already")
     run_id = await api.start("adder", [2, 3])
     await api.result(run_id)
-    walk = Index.walk
+    walk = Index.walk_numbered  # what a search walks (its entries with their numbers)
 
     def slow_walk(self: Index, *args: Any, **kwargs: Any) -> Any:
         time.sleep(1.0)  # a synchronous read of a huge bucket
         yield from walk(self, *args, **kwargs)
 
-    monkeypatch.setattr(Index, "walk", slow_walk)
+    monkeypatch.setattr(Index, "walk_numbered", slow_walk)
     search = asyncio.ensure_future(api.client.get("/api/v1/runs", params={"search": "zzzz"}))
     await asyncio.sleep(0.05)  # the search is reading now
     started = time.monotonic()
