@@ -226,6 +226,42 @@ async def test_a_search_never_continues_from_a_stale_index_entry(
         assert found == ([] if text == "zzz" else ["a0"])
 
 
+async def search_pages(store: LocalStore, text: str, limit: int, budget: int) -> list[str]:
+    """Every page of a search, on its cursor, until it says there is no more."""
+    found: list[str] = []
+    cursors: list[str] = []
+    before: str | None = None
+    while True:
+        page, before, _looked = await store.search_runs(
+            text, limit=limit, budget=budget, before=before
+        )
+        found += [r.id for r in page]
+        if before is None:
+            return found
+        assert before not in cursors  # no page is asked for twice
+        cursors.append(before)
+        assert len(cursors) < 20
+
+
+@pytest.mark.parametrize(("limit", "budget"), [(2, 100), (1, 100), (3, 100), (9, 1), (9, 2)])
+async def test_a_search_pages_on_past_a_record_without_its_creation_number(
+    local: LocalStore, root: Path, limit: int, budget: int
+) -> None:
+    """A record without ``seq`` (written by an older wf) is at another number than its
+    entry's: a page it filled went on to the next entry as its cursor without listing it,
+    and the next page started below that one, so it was never listed."""
+    for n in range(5):
+        await finished(local, f"a{n}")
+    path = root / "runs" / "a3" / "run.json"
+    data = orjson.loads(path.read_bytes())
+    del data["seq"]
+    path.write_bytes(orjson.dumps(data))
+    every = [r.id for r in await local.list_runs()]
+    assert every == ["a4", "a3", "a2", "a1", "a0"]
+    assert await search_pages(local, "a", limit, budget) == every
+    assert [r.id for r in await local.list_runs(before="a3")] == ["a2", "a1", "a0"]
+
+
 async def test_verify_says_a_creation_cut_short_left_a_stale_index_entry(
     local: LocalStore, root: Path
 ) -> None:

@@ -467,6 +467,34 @@ async def test_a_page_before_a_run_that_cannot_be_read_lists_the_runs_created_be
         ] == [old.id]
 
 
+@pytest.mark.parametrize(("limit", "budget"), [(1, 100), (2, 100), (9, 1), (9, 2), (9, 3)])
+async def test_a_search_pages_on_past_a_run_that_cannot_be_read_where_a_page_ends(
+    local: LocalStore, root: Path, limit: int, budget: int
+) -> None:
+    """A damaged run is left out, never the runs around it, wherever the pages end."""
+    old = await created(local)  # pending: stays a directory
+    damaged = await finished(local)
+    pack_all(local)
+    os.remove(Segments(str(root)).path(1))
+    newer = [await created(local) for _ in range(3)]
+    found: list[str] = []
+    cursors: list[str] = []
+    before: str | None = None
+    with collect_faults():
+        while True:
+            page, before, _looked = await local.search_runs(
+                "", limit=limit, budget=budget, before=before
+            )
+            found += [r.id for r in page]
+            if before is None:
+                break
+            assert before not in cursors
+            cursors.append(before)
+            assert len(cursors) < 20
+    assert found == [r.id for r in reversed(newer)] + [old.id]
+    assert damaged.id not in found
+
+
 async def test_packing_goes_on_in_a_new_segment_past_one_it_cannot_open(
     local: LocalStore, root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -883,14 +883,18 @@ class LocalStore(Store):
             if text not in run_id.lower() and name_hash not in hashes:
                 continue
             record = self._listed(run_id)
-            if record is not None and record.seq != seq:
+            if record is not None and record.seq not in (seq, 0):
                 # Reached by an entry at another number than its own (a stale one,
                 # ``_after``): never the cursor, a page before it would start over from the
-                # run's own number, and "search further" would go round forever. (One that
-                # cannot be read is checked by its number, ``_seq_of``, if it ends the page.)
+                # run's own number, and "search further" would go round forever; and never
+                # listed here, where no cursor could follow it, but at its own entry.
                 cursor = None
-            elif record is not None:
+                seen.discard(run_id)
+                continue
+            if record is not None and record.seq:
                 checked = True
+            # One that cannot be read, or a record without its number (an older wf's), is
+            # checked by its entry's number, ``_seq_of``, if it ends the page.
             if record is None or _after(record, below):
                 continue
             if wanted is not None and record.status.value not in wanted:
@@ -925,10 +929,13 @@ class LocalStore(Store):
 
     def _seq_of(self, run_id: str) -> int:
         """The creation number of a run, or of a deleted run by its tombstone; 0 if unknown.
-        A run whose record cannot be read (damaged, its segment missing or unreadable) is
-        found by its index entry, which carries the number: a page after it still lists."""
+        A run whose record cannot be read (damaged, its segment missing or unreadable), or
+        whose record has no number (an older wf's), is found by its index entry, which
+        carries the number: a page after it still lists."""
         try:
-            return int(self._raw(run_id).get("seq") or 0)
+            seq = int(self._raw(run_id).get("seq") or 0)
+            # A record without its number (an older wf's): its entry carries it.
+            return seq or (self.index.seq_of(run_id) or 0)
         except RunNotFound:
             pass
         except StoreError:
