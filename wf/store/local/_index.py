@@ -680,15 +680,7 @@ class Index:
         large bucket costs a few C-level string operations per entry, and only entries that
         pass are parsed.
         """
-        if statuses is not None and self.ready():
-            for _name, entry in self._walk_names(before, statuses, wf_hash):
-                yield entry
-            return
-        if wf_hash is not None and self.ready():
-            for _name, entry in self._walk_workflow(wf_hash, before):
-                yield entry
-            return
-        for _name, entry in self._walk(self.dir, before, statuses, wf_hash):
+        for _name, entry in self._walk_named(before, statuses, wf_hash):
             yield entry
 
     def walk_numbered(
@@ -699,14 +691,18 @@ class Index:
     ) -> Iterator[tuple[int, Entry]]:
         """``walk``'s entries, each with the creation number its name carries (a search
         continues only from an entry whose run is still at that number)."""
-        if statuses is not None and self.ready():
-            named = self._walk_names(before, statuses, wf_hash)
-        elif wf_hash is not None and self.ready():
-            named = self._walk_workflow(wf_hash, before)
-        else:
-            named = self._walk(self.dir, before, statuses, wf_hash)
-        for name, entry in named:
+        for name, entry in self._walk_named(before, statuses, wf_hash):
             yield int(name.split(SEP, 1)[0]), entry
+
+    def _walk_named(
+        self, before: int | None, statuses: Collection[str] | None, wf_hash: str | None
+    ) -> Iterator[tuple[str, Entry]]:
+        """``walk``'s entries with their names, from the tree that answers fastest."""
+        if statuses is not None and self.ready():
+            return self._walk_names(before, statuses, wf_hash)
+        if wf_hash is not None and self.ready():
+            return self._walk_workflow(wf_hash, before)
+        return self._walk(self.dir, before, statuses, wf_hash)
 
     def _walk_workflow(self, wf_hash: str, before: int | None) -> Iterator[tuple[str, Entry]]:
         """``by-workflow/<wf_hash>/``: its entries carry no status (``?``)."""
