@@ -276,79 +276,53 @@ async def test_verify_says_a_creation_cut_short_left_a_stale_index_entry(
     assert len(by_workflow) == 1  # the stale one's listing by workflow went too
 
 
-async def test_verify_removes_what_a_creation_cut_short_left(
-    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("writable", [True, False])
+async def test_verify_names_a_creation_cut_short_with_its_remedy_and_leaves_it(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch, writable: bool
 ) -> None:
-    """Its directory (no run: it was never reported created) and, once old enough, its
-    entries, as those of any creation a crash cut short."""
-    from wf.store.local import _ghosts
+    """Its directory is no run (never reported created) and harmless: verify never removes
+    or moves it (a retrying creator, a claim or a creation's recovery may be replacing it
+    that very moment), on a writable store or a read-only one; it names it, and the remedy."""
+    from wf.store.local import _ghosts, _upkeep
 
     await finished(local, "r1")
     await finished(local, "r2")
     cut_short(root, "r1")
     monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)  # every entry is old enough now
-    problems = [p for p in await local.verify() if "r1" in p]
-    assert any("no such run" in p for p in problems), problems
-    assert any("cut short" in p and "removed" in p and "runs/r1" in p for p in problems), problems
-    assert not (root / "runs" / "r1").exists()
-    assert list((root / "index").rglob("*+r1+*")) == []
-    assert [p for p in await local.verify() if "r1" in p] == []
+    if not writable:
+        monkeypatch.setattr(_upkeep, "read_only", lambda _path: True)
+    for _ in range(2):  # a second verify says it again: nothing changed it
+        problems = [p for p in await local.verify() if "runs/r1" in p]
+        assert len(problems) == 1, problems
+        assert "no run" in problems[0] and "cut short" in problems[0]
+        assert "remove runs/r1 by hand" in problems[0]
+        assert "replaced when the id is created again" in problems[0]
+        assert (root / "runs" / "r1" / "journal.jsonl").exists()
     assert [r.id for r in await local.list_runs()] == ["r2"]
+    assert not [p for p in (root / "tmp").iterdir() if p.name.startswith("leftover")]
+    assert list((root / "index").rglob("*+r1+*")) != []  # a ghost's once it is removed
+    monkeypatch.undo()
+    await finished(local, "r1")  # its remedy: created again, it is replaced
+    assert [p for p in await local.verify() if "runs/r1" in p] == []
+    assert [r.id for r in await local.list_runs()] == ["r1", "r2"]
 
 
-async def test_verify_with_no_tmp_directory_names_a_creation_cut_short_it_cannot_remove(
+async def test_a_creation_cut_short_removed_by_hand_leaves_ghosts_verify_removes(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its removal goes through ``tmp/``: a file there failed the whole verify (its report
-    lost) on the store's own "tmp: not a directory"."""
+    """The remedy verify names: once its directory is removed by hand, its entries are a
+    ghost's, and verify removes them."""
     import shutil
 
     from wf.store.local import _ghosts
 
     await finished(local, "r1")
-    await finished(local, "r2")
     cut_short(root, "r1")
+    shutil.rmtree(root / "runs" / "r1")
     monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)
-    shutil.rmtree(root / "tmp")
-    (root / "tmp").write_bytes(b"x")
-    problems = await local.verify()
-    assert any("tmp" in p and "not a directory" in p for p in problems), problems
-    assert any("runs/r1" in p and "not removed" in p for p in problems), problems
-    assert (root / "runs" / "r1").exists()
-    assert list((root / "index").rglob("*+r1+*")) != []  # its entries wait for its removal
-
-
-async def test_verify_leaves_a_young_creation_cut_short_for_a_later_verify(
-    local: LocalStore, root: Path
-) -> None:
-    """A retrying creator may be replacing it this very moment: only one older than the age
-    ghosts are removed at is removed."""
-    await finished(local, "r1")
-    cut_short(root, "r1")
-    problems = [p for p in await local.verify() if "r1" in p]
-    assert (root / "runs" / "r1").exists()
-    assert any("cut short" in p and "left" in p for p in problems), problems
-
-
-async def test_verify_leaves_a_creation_cut_short_someone_holds(
-    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import fcntl
-
-    from wf.store.local import _ghosts
-
-    await finished(local, "r1")
-    cut_short(root, "r1")
-    monkeypatch.setattr(_ghosts, "ORPHAN_AGE", -1.0)
-    held = journal(root, "r1").with_name("lock")
-    fd = os.open(held if held.exists() else journal(root, "r1"), os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        problems = [p for p in await local.verify() if "r1" in p]
-    finally:
-        os.close(fd)
-    assert (root / "runs" / "r1").exists()
-    assert any("held" in p and "left" in p for p in problems), problems
+    assert any("r1" in p and "no such run" in p for p in await local.verify())
+    assert list((root / "index").rglob("*+r1+*")) == []
+    assert [p for p in await local.verify() if "r1" in p] == []
 
 
 @pytest.mark.parametrize("extra", ["logs.jsonl", "inbox/m1.json"])
@@ -368,7 +342,7 @@ async def test_verify_names_a_run_whose_journal_lost_its_first_block_and_keeps_i
     problems = [p for p in await local.verify() if "r1" in p]
     assert path.exists()
     assert any("runs/r1" in p and "damage" in p for p in problems), problems
-    assert not any("removed" in p for p in problems), problems
+    assert not any("removed" in p or "no run:" in p for p in problems), problems
 
 
 async def test_corrupt_middle_line_names_file_and_line(local: LocalStore, root: Path) -> None:

@@ -160,9 +160,10 @@ def verify_command(
 ) -> None:
     """Check every run's files against the store format, and every schedule, hook, lane
     entry and rate window; report each damaged item with its path. Runs and schedules are
-    never changed; what the store keeps beside them is put right and said: run counts,
-    missing index entries, entries of runs that do not exist, tombstones of runs that do.
-    Exit 1 on problems."""
+    never removed or moved, and a directory a power cut left of a run's creation (no run) is
+    named with its remedy and left; what the store keeps beside them is put right and said:
+    run counts, index entries, entries of runs that do not exist, tombstones of runs that
+    do, a record's lost creation number. Exit 1 on problems."""
     problems, absent, read_only = asyncio.run(_verify())
     if read_only is not None:
         from wf.cli._errors import hint

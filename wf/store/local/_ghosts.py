@@ -96,7 +96,7 @@ def _deleting(store: LocalStore, run_id: str) -> bool:
         return not held
 
 
-def old(path: str, now: float) -> bool:
+def _old(path: str, now: float) -> bool:
     """Whether the entry was made over ``ORPHAN_AGE`` ago (ctime: an entry may be a link to
     a shared file, whose ctime each new link refreshes, so it never looks older than it is)."""
     try:
@@ -126,7 +126,7 @@ def sweep(store: LocalStore) -> list[str]:
             there = known.get(run_id)
             if there is None:
                 there = known[run_id] = exists(store, run_id)
-            if not there and (old(path, now) or deleted(run_id)):
+            if not there and (_old(path, now) or deleted(run_id)):
                 found.setdefault(run_id, []).append(path)
     problems = []
     root = store.root + os.sep

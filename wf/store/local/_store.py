@@ -933,9 +933,9 @@ class LocalStore(Store):
         whose record has no number (an older wf's), is found by its index entry, which
         carries the number: a page after it still lists."""
         try:
-            seq = int(self._raw(run_id).get("seq") or 0)
+            own = int(self._raw(run_id).get("seq") or 0)
             # A record without its number (an older wf's): its entry carries it.
-            return seq or (self.index.seq_of(run_id) or 0)
+            return own or (self.index.seq_of(run_id) or 0)
         except RunNotFound:
             pass
         except StoreError:
@@ -2099,7 +2099,9 @@ class LocalStore(Store):
     async def verify(self, *, on_progress: Progress | None = None) -> list[str]:
         """Read every run's files, packed or not (in a worker thread, which calls
         ``on_progress``); change nothing but what ``_upkeep.verify`` puts right (the counts,
-        the tombstone reserve, a locator left beside its run's directory)."""
+        the tombstone reserve, a locator left beside its run's directory, a run's index
+        entries, message posts' temporary files). A creation a power cut cut short is named,
+        never removed or moved: its id's next creation replaces it."""
         if not self._open(create=False):
             return []
         return await asyncio.to_thread(_upkeep.verify, self, on_progress)

@@ -84,7 +84,6 @@ from wf.store.local._layout import (
     RUN_FILE,
     SEP,
     SEQUENCE_FILE,
-    STAGING_DIR,
     TOMBSTONES_DIR,
     child_name,
     damage,
@@ -92,7 +91,6 @@ from wf.store.local._layout import (
     gather_damage,
     index_name,
     keep_room,
-    no_staging,
     parse_queue_name,
     record_due,
     run_exists,
@@ -100,7 +98,6 @@ from wf.store.local._layout import (
     stale_temps,
 )
 from wf.store.local._migrate7 import tags_in, tags_of
-from wf.store.local._queue import ORPHAN_AGE
 from wf.store.local._segments import Loc, Packed, Segments, decode
 
 if TYPE_CHECKING:
@@ -896,11 +893,10 @@ def verify(store: LocalStore, on_progress: Progress | None = None) -> list[str]:
     off, the other keepings ``_repair`` puts right (the tombstone reserve among them), the
     locator of a packed run that has its directory again (removed, its line counted dead), a
     run's entries that disagree with its record (``_reconcile_entries``: a record's lost
-    creation number is written back), the temporary files of message posts cut short, and the
-    directory of a creation cut short (``_cut_short``: old enough, unheld, nothing but what a
-    creation writes); on a read-only store, nothing (a count that is off is said, not
-    repaired). ``on_progress(done, total)``: runs
-    checked, now and then.
+    creation number is written back), and the temporary files of message posts cut short;
+    on a read-only store, nothing (a count that is off is said, not repaired). The directory
+    of a creation a power cut cut short is named with its remedy and never removed or moved
+    (``_cut_short``). ``on_progress(done, total)``: runs checked, now and then.
 
     The store's own top level is checked first (``_strays.root``): a file where one of its
     directories belongs is named once, and what lies under it is neither checked nor named
@@ -977,9 +973,6 @@ def _verify(store: LocalStore, on_progress: Progress | None, broken: set[str]) -
             if not isinstance(error, StoreCorrupted) and not item_own(error, run_dir):
                 raise  # the store's failure, not the run's
             problems.append(f"run {run_id}: {error}")
-    if fix and not off(*_COUNTED, "tmp") and any(line.endswith(LEFTOVER) for line in problems):
-        with _step(problems):
-            problems += _ghosts.sweep(store)  # the entries of the creations cut short
     with _step(problems):
         if not off("segments", "packed"):
             problems.extend(
@@ -1510,13 +1503,6 @@ def _verify_streams(run_id: str, run_dir: str) -> list[str]:
     return lines
 
 
-LEFTOVER = (
-    "held a creation a power cut cut short (no complete journal line, no record; never "
-    "reported created): no run, its directory removed"
-)
-"""What verify says of a creation cut short it removed; its entries are ghosts then."""
-
-
 _BLOB = re.compile(r"[a-z_]+-[0-9a-f]{32}\.json")
 """A large value's file (``blob_name``): what a creation's staging may write beside the run's
 journal, lock and record (``LocalStore._stage``)."""
@@ -1533,13 +1519,13 @@ def _beyond_creation(run_dir: str) -> list[str]:
     return sorted(n for n in names if n not in made and not _BLOB.fullmatch(n))
 
 
-def _cut_short(store: LocalStore, run_id: str, run_dir: str, *, fix: bool) -> list[str]:
-    """What verify does with a run directory whose journal holds no complete line and which
+def _cut_short(run_id: str, run_dir: str) -> list[str]:
+    """What verify says of a run directory whose journal holds no complete line and which
     has no readable record. Holding only what a creation writes, it is a creation a power cut
-    cut short (never reported created: no run), removed once older than ``ORPHAN_AGE`` (a
-    younger one may be what a retrying creator is replacing right now), under its lock taken
-    without waiting, and only if it is still the directory checked. Holding more, it was a
-    run: damage, named and kept."""
+    cut short: never reported created, no run, harmless (listings, compaction and a new
+    creation of its id pass over it or replace it). Verify never removes or moves it: a
+    retrying creator, a claim or a creation's recovery may be replacing it that very moment.
+    Holding more, it was a run: damage, named and kept."""
     beyond = _beyond_creation(run_dir)
     if beyond:
         return [
@@ -1548,46 +1534,12 @@ def _cut_short(store: LocalStore, run_id: str, run_dir: str, *, fix: bool) -> li
             "not a creation cut short): left as it is (restore the run from a backup, or "
             "delete its directory)"
         ]
-    if not fix:
-        return []  # not a run: left to its id's next creation, or a verify that can write
-    what = f"run {run_id}: {run_dir} holds a creation a power cut cut short (no run)"
-    if no_staging(store.root) is not None:
-        return [f"{what}: not removed (tmp/ is not a directory, named above)"]
-    try:
-        before = os.lstat(run_dir)
-    except OSError:
-        return []  # removed meanwhile (its id created again)
-    if not _ghosts.old(run_dir, time.time()):
-        return [
-            f"{what}: left for now (younger than {int(ORPHAN_AGE) // 60} minutes: a later "
-            "verify removes it)"
-        ]
-    fds = _lock_run(store, run_dir)
-    if fds is None:
-        return [f"{what}: left (held by another process)"]
-    try:
-        if not _records.cut_short(run_dir) or _beyond_creation(run_dir):
-            return []  # created again, or written to, meanwhile: checked as a run next time
-        trash = os.path.join(
-            store.root, STAGING_DIR, f"leftover.{os.getpid()}.{os.urandom(4).hex()}"
-        )
-        try:
-            if os.lstat(run_dir).st_ino != before.st_ino:
-                return []  # replaced meanwhile
-            os.rename(run_dir, trash)
-        except OSError as error:
-            return [f"{what}: not removed ({os.strerror(error.errno or 0)})"]
-        if os.lstat(trash).st_ino != before.st_ino:
-            # Another directory came in between the check and the move: put it back.
-            with contextlib.suppress(OSError):
-                os.rename(trash, run_dir)
-            return []
-    finally:
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-    shutil.rmtree(trash, ignore_errors=True)
-    return [f"run {run_id}: {run_dir} {LEFTOVER}"]
+    return [
+        f"run {run_id}: {run_dir}: no run: a creation a power cut cut short (no complete "
+        "journal line, no record; never reported created), harmless (listings and compaction "
+        f"pass over it): remove runs/{run_id} by hand (a later verify removes its entries), "
+        "or it is replaced when the id is created again"
+    ]
 
 
 def _verify_run(
@@ -1603,7 +1555,7 @@ def _verify_run(
     if not run_exists(run_dir):
         return []  # a creation cut short before its data: not a run
     if _records.cut_short(run_dir):
-        return _cut_short(store, run_id, run_dir, fix=fix)
+        return _cut_short(run_id, run_dir)
     problems = _stale_messages(run_id, run_dir, fix=fix) + _verify_streams(run_id, run_dir)
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
     if not os.path.lexists(journal_path):
