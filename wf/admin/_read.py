@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
@@ -48,24 +48,30 @@ other request of the server waited."""
 def heavy(detail: RunDetail) -> bool:
     """Whether laying out ``detail`` (a page, a JSON document) is work for a thread: a journal
     longer than ``OFF_LOOP_EVENTS``, or values weighing more than ``OFF_LOOP_WEIGHT``. Weighed
-    without encoding anything, and only until the bound is passed: a few ms at most."""
+    without encoding or copying anything, and only until the bound is passed: a container's
+    length counts (8 a item) before it is walked, so at most ``OFF_LOOP_WEIGHT / 8`` values
+    are visited, however big one is."""
     if len(detail.events) > OFF_LOOP_EVENTS:
         return True
     run = detail.run
-    stack: list[Any] = [run.input, run.output, run.error, detail.events]
+    # Containers to walk, by reference (a dict as its keys' and values' views): never copied.
+    walking: list[Iterable[Any]] = [(run.input, run.output, run.error, detail.events)]
     weight = 0
-    while stack:
-        value = stack.pop()
-        weight += 8
-        if isinstance(value, str | bytes):
-            weight += len(value)
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
-        if weight > OFF_LOOP_WEIGHT:
-            return True
+    while walking:
+        for value in walking.pop():
+            weight += 8
+            if isinstance(value, str | bytes):
+                weight += len(value)
+            elif isinstance(value, dict):
+                weight += 16 * len(value)  # a key and a value each, before walking them
+                if weight <= OFF_LOOP_WEIGHT:
+                    walking += (value.keys(), value.values())
+            elif isinstance(value, list | tuple):
+                weight += 8 * len(value)  # each item, before walking them
+                if weight <= OFF_LOOP_WEIGHT:
+                    walking.append(value)
+            if weight > OFF_LOOP_WEIGHT:
+                return True
     return False
 
 
