@@ -292,3 +292,23 @@ async def bidi_step(text: str) -> str:
 async def bidi_names(text: str) -> str:
     """A workflow and a step whose names carry a right-to-left override."""
     return await bidi_step(text)
+
+
+@wf.workflow
+async def fails_big(size: int) -> str:
+    """A run that fails with a message of ``size`` control characters (the record keeps its
+    start; each is six characters of JSON text)."""
+    raise ValueError("\x01" * size)
+
+
+WidePayload = dataclasses.make_dataclass(
+    "WidePayload", [(f"field_{'w' * 40}_{i}", int) for i in range(2000)]
+)
+"""A hook payload whose JSON schema is well over 64 KiB of indented text."""
+
+
+@wf.workflow
+async def waits_wide(token: str) -> object:
+    """Waits for one payload of ``WidePayload`` on the hook ``token``."""
+    hook = wf.create_hook(WidePayload, token=token)
+    return await hook.next()

@@ -170,11 +170,15 @@ def pretty(value: Any, *, full: str = "") -> str:
     return f'<pre class="json">{esc(shown)}</pre>' + cut_note(size, full)
 
 
+def clip(text: str, limit: int = SHOWN_LINE) -> str:
+    """``text``'s first ``limit`` characters, then ``…`` if it was longer."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def one_line(value: Any, limit: int = SHOWN_LINE) -> str:
     """Recorded text for a one-line place, as ``line`` shows it, its first ``limit``
     characters (then ``…``)."""
-    text, size = cut("" if value is None else str(value), limit)
-    return line(text + ("…" if size else ""))
+    return line(clip("" if value is None else str(value), limit))
 
 
 def csrf_field(token: str) -> str:

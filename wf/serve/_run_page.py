@@ -15,6 +15,7 @@ from wf.serve._html import (
     Moments,
     action_button,
     badge,
+    clip,
     csrf_field,
     cut,
     cut_note,
@@ -336,7 +337,7 @@ def steps_table(detail: RunDetail) -> str:
             name = f'<a class="mono" href="/runs/{segment(row.name)}">{line(row.name)}</a>'
         else:
             name = line(row.name)
-        detail_text, _ = cut(error_text(row.error), SHOWN_LINE)  # the cell and its title
+        detail_text = clip(error_text(row.error), SHOWN_LINE)  # the cell and its title
         if detail_text and row.status == "completed":
             detail_text = "earlier attempt: " + detail_text
         moments = Moments()  # a sleep's end: shown in the reader's local time, as every time
@@ -367,7 +368,7 @@ def _errors(detail: RunDetail) -> str:
             f"step “{failure.name}” attempt {failure.attempt}" if failure.op is not None else "run"
         )
         retried = " (retried)" if failure.retried else ""
-        full = f"/api/v1/runs/{segment(detail.run.id)}/events"  # the failure's event whole
+        full = f"/api/v1/runs/{segment(detail.run.id)}?events=false"  # its ``errors`` whole
         message, message_size = cut(failure.message or "")
         traceback, traceback_size = cut(failure.traceback or "")
         trace = (
@@ -392,8 +393,8 @@ def events_table(detail: RunDetail) -> str:
         # Its JSON text, control and bidi characters as JSON escapes (``\\u202e``): the cell
         # its start, the tooltip more (never a big value whole: ``values`` links to it).
         text = json.dumps(_start_of(rest), ensure_ascii=False, default=str)
-        short = visible_json(text if len(text) <= 160 else text[:159] + "…")
-        title = visible_json(text if len(text) <= SHOWN_LINE else text[:SHOWN_LINE] + "…")
+        short = visible_json(clip(text, 160))
+        title = visible_json(clip(text, SHOWN_LINE))
         rows.append(
             f"<tr><td class='num'>{index}</td><td>{when(event.get('ts'))}</td>"
             f"<td class='mono'>{one_line(event.get('type'))}</td>"
@@ -407,20 +408,46 @@ def events_table(detail: RunDetail) -> str:
     )
 
 
-def _start_of(value: Any, keep: int = SHOWN_LINE) -> Any:
-    """``value`` with each text past ``keep`` characters, and each list or object past ``keep``
-    items, cut: its JSON's first ``keep`` characters are the whole value's (a journal row shows
-    no more), without encoding megabytes it would not show."""
-    if isinstance(value, str):
-        return value[:keep]
-    if isinstance(value, list | tuple):
-        return [_start_of(item, keep) for item in value[:keep]]
-    if isinstance(value, dict):
-        return {
-            key: _start_of(item, keep)
-            for _, (key, item) in zip(range(keep), value.items(), strict=False)
-        }
-    return value
+def _start_of(value: Any, keep: int = SHOWN_LINE + 1) -> Any:
+    """``value`` cut to about its JSON's first ``keep`` characters (a journal row shows no
+    more), without encoding or copying megabytes it would not show: one budget of ``keep``
+    for the whole walk, each text (a key too) charged its length and quotes, each item at
+    least one character, so its cost is bounded by ``keep`` however wide or deep the value.
+    Its JSON starts as the whole value's does; cut, it is longer than ``keep - 1``
+    characters."""
+    left = keep
+
+    def walk(item: Any) -> Any:
+        nonlocal left
+        if isinstance(item, str):
+            text = item[: max(left, 0)]
+            left -= len(text) + 2
+            return text
+        if isinstance(item, list | tuple):
+            left -= 2
+            kept = []
+            for each in item:
+                if left <= 0:
+                    break
+                left -= 1
+                kept.append(walk(each))
+            return kept
+        if isinstance(item, dict):
+            left -= 2
+            shown: dict[Any, Any] = {}
+            for key, each in item.items():
+                if left <= 0:
+                    break
+                left -= 1
+                key = walk(key)
+                if key in shown:  # a key cut to one shown already: the rest is left out
+                    break
+                shown[key] = walk(each) if left > 0 else None
+            return shown
+        left -= 1
+        return item
+
+    return walk(value)
 
 
 def values(detail: RunDetail) -> str:
@@ -428,13 +455,14 @@ def values(detail: RunDetail) -> str:
     run = detail.run
     api = f"/api/v1/runs/{segment(run.id)}"
     # Each value once, cut past ``SHOWN_VALUE`` characters with a link to the API's endpoint
-    # that has it whole: the detail (input), the result (output, error), the journal's event.
+    # that has it whole: the detail (input, error: the record's, whatever the run's end), the
+    # result (output), the journal's event.
     parts = [f"<h3>Input</h3>{pretty(run.input, full=api + '?events=false')}"]
     if run.status.value == "completed":
         parts.append(f"<h3>Output</h3>{pretty(run.output, full=api + '/result')}")
     elif run.error:
         error = {k: run.error.get(k) for k in ("type", "message")}
-        parts.append(f"<h3>Error</h3>{pretty(error, full=api + '/result')}")
+        parts.append(f"<h3>Error</h3>{pretty(error, full=api + '?events=false')}")
     results = [
         (index, e.get("op"), e.get("name"), e.get("result"))
         for index, e in enumerate(detail.events)
@@ -475,6 +503,8 @@ def hooks(detail: RunDetail, csrf: str) -> str:
         row = rows.get(hook.token)
         state = badge(row.status) if row else ""
         hint = ""
+        # Its schema, cut if big, links to the hooks API, which has it whole.
+        shown_schema = pretty(schema, full=f"/api/v1/hooks?run={segment(detail.run.id)}")
         if isinstance(webhook, dict):
             method = esc(webhook.get("method"))
             hint = f'<p class="dim">webhook · {method} {esc(webhook_path(hook.token))}</p>'
@@ -486,7 +516,7 @@ def hooks(detail: RunDetail, csrf: str) -> str:
   <div class="hook-head"><span class="mono">{line(hook.token)}</span> {state}
     <span class="dim">payload: {esc(kind)}</span></div>
   {hint}
-  <details class="schema"><summary>payload schema</summary>{pretty(schema)}</details>
+  <details class="schema"><summary>payload schema</summary>{shown_schema}</details>
   <textarea name="payload" rows="4" spellcheck="false" aria-label="payload for {esc(hook.token)}"
     placeholder='{esc(_example(schema))}'></textarea>
   <div class="hook-foot"><span class="hook-error" aria-live="polite"></span>
