@@ -275,7 +275,7 @@ def _packable(
         raw = _records.read_raw(run_dir, run_id)
     except RunNotFound:
         # A creation a power cut cut short (``_records.cut_short``): no run, nothing to pack.
-        # Passed over for good (its id's next creation replaces it, verify removes it), and
+        # Passed over for good (its id's next creation replaces it, verify names it), and
         # the rest of the batch is packed.
         return True
     if not RunStatus(str(raw.get("status", "pending"))).is_terminal:
