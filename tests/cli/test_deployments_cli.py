@@ -4,7 +4,10 @@ wake`` leaving a run pinned to another deployment to its workers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,6 +15,17 @@ from tests.cli.conftest import Project
 
 ADDER = "tests.cli.flows:adder"
 SLEEPER = "tests.cli.flows:sleeper"
+
+
+@contextlib.contextmanager
+def reaped(waiter: subprocess.Popen[str]) -> Iterator[None]:
+    """A spawned ``wf run`` still going when the block ends (an assertion failed) is killed."""
+    try:
+        yield
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
 
 
 def start(project: Project, deployment: str | None, *args: str) -> str:
@@ -63,7 +77,7 @@ def test_wf_run_and_wake_leave_a_run_of_another_deployment_to_its_workers(
 ) -> None:
     run_id = start(project, "v1", ADDER, "-i", "[1, 2]", "--id", "pinned-1")
     waiter = project.spawn("run", ADDER, "-i", "[1, 2]", "--id", run_id, WF_DEPLOYMENT="v2")
-    try:
+    with reaped(waiter):
         assert waiter.stderr is not None
         line = waiter.stderr.readline()
         while "pinned to deployment v1" not in line:
@@ -74,10 +88,6 @@ def test_wf_run_and_wake_leave_a_run_of_another_deployment_to_its_workers(
         done = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v1")
         assert done.returncode == 0, done.stderr
         out, err = waiter.communicate(timeout=60)
-    finally:
-        if waiter.poll() is None:
-            waiter.kill()
-            waiter.communicate()
     assert waiter.returncode == 0, err
     assert out.strip() == "3" and "driving it on" not in err
     napping = start(project, "v1", SLEEPER, "-i", "3600")
@@ -286,14 +296,10 @@ def test_wf_run_leaving_a_pinned_run_at_its_hook_names_that_deployment_s_worker(
     leaves with says that a worker of that deployment does."""
     run_id = start(project, "v1", "tests.cli.flows:approval", "--id", "pinned-hook")
     waiter = project.spawn("run", "tests.cli.flows:approval", "--id", run_id, WF_DEPLOYMENT="v2")
-    try:
+    with reaped(waiter):
         done = project.wf("worker", "--until-idle", WF_DEPLOYMENT="v1")
         assert done.returncode == 0, done.stderr
         out, err = waiter.communicate(timeout=60)
-    finally:
-        if waiter.poll() is None:
-            waiter.kill()
-            waiter.communicate()
     assert waiter.returncode == 0, err
     assert out.strip().splitlines()[-1] == run_id
     deliver = "`wf hook resume approve-me --data JSON` delivers it"
