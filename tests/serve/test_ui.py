@@ -596,6 +596,17 @@ async def test_the_run_page_names_a_hook_it_left_out(api: Api) -> None:
     assert "not a hook record" in page
 
 
+async def _streamed(api: Api) -> str:
+    """A completed run of ``streaming`` whose ``default`` stream its driver has closed."""
+    run_id = await api.start("streaming", [2])
+    assert (await api.result(run_id))["output"] == 2
+    for _ in range(200):  # its driver closes the stream after the outcome: wait for it
+        if await api.engine.store.list_streams(run_id) == {"default": (2, True)}:
+            break
+        await asyncio.sleep(0.01)
+    return run_id
+
+
 async def test_the_run_page_names_a_stream_it_left_out(api: Api) -> None:
     """A stream of the run whose files cannot be read is left out of the run's page, which
     still shows and says so (the page failed whole, ``500 store_damaged``, as did the API's
@@ -605,12 +616,7 @@ async def test_the_run_page_names_a_stream_it_left_out(api: Api) -> None:
 
     if not isinstance(api.engine.store, LocalStore):
         pytest.skip("damages a stream's file")
-    run_id = await api.start("streaming", [2])
-    assert (await api.result(run_id))["output"] == 2
-    for _ in range(200):  # its driver closes the stream after the outcome: wait for it
-        if await api.engine.store.list_streams(run_id) == {"default": (2, True)}:
-            break
-        await asyncio.sleep(0.01)
+    run_id = await _streamed(api)
     run_dir = api.engine.store.run_location(run_id)
     os.remove(os.path.join(run_dir, stream_key("default") + ".idx"))
     os.mkdir(os.path.join(run_dir, stream_key("default") + ".idx"))
@@ -634,12 +640,7 @@ async def test_the_run_page_says_a_stream_read_by_name_is_shown_not_left_out(api
 
     if not isinstance(api.engine.store, LocalStore):
         pytest.skip("damages a stream's file")
-    run_id = await api.start("streaming", [2])
-    assert (await api.result(run_id))["output"] == 2
-    for _ in range(200):  # its driver closes the stream after the outcome: wait for it
-        if await api.engine.store.list_streams(run_id) == {"default": (2, True)}:
-            break
-        await asyncio.sleep(0.01)
+    run_id = await _streamed(api)
     name_file = os.path.join(api.engine.store.run_location(run_id), stream_key("default"))
     with open(name_file + ".name", "wb") as file:
         file.write(b"other")  # the name of another stream
