@@ -244,9 +244,12 @@ async def test_hooks_survive_reopening(root: Path) -> None:
 _FORKED_IN_C = """
 import asyncio, ctypes, os, sys, threading, time
 from tests.store.helpers import created
-from wf.store.local import LocalStore, _commit
+from wf.store.local import LocalStore, _commit, _pressure
 
 run, flushing = _commit._run, threading.Event()
+# A fresh interpreter: tests/conftest.py's pin is not here. Without it a busy disk (another
+# program's writes) makes the flush file by file, on the loop, and the flushing thread idle.
+_pressure.whole_flush_ok = lambda items: True
 
 def slow(plan):
     if threading.current_thread().name == "wf-flush":  # the flushing thread's flush only
@@ -261,7 +264,10 @@ root = sys.argv[1]
 async def parent():
     store = LocalStore(root)
     task = asyncio.ensure_future(created(store))
+    deadline = time.monotonic() + 10
     while not flushing.is_set():
+        if time.monotonic() > deadline:
+            sys.exit("the parent's creation was never flushed in the flushing thread")
         await asyncio.sleep(0.01)
     return store, task
 
