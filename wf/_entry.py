@@ -8,32 +8,19 @@ it, whatever the configuration.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from wf._setup import remote as remote  # read without the engine: wf.admin.connect asks it
 from wf.engine import _engine, _hooks
 from wf.engine._context import current_run
 
 if TYPE_CHECKING:
-    from wf._remote import RemoteClient
     from wf.engine._enginelike import EngineLike
     from wf.engine._ref import WorkflowRef
     from wf.engine._run import Run
     from wf.engine._workflow import Workflow
 
 R = TypeVar("R")
-
-
-def remote() -> RemoteClient | None:
-    """The server this program talks to, or None. ``wf._remote`` (and its imports) is loaded
-    only once a server is named."""
-    loaded = sys.modules.get("wf._remote")
-    if (loaded is None or loaded._configured is None) and not os.environ.get("WF_URL"):
-        return None
-    from wf._remote import remote_client
-
-    return remote_client()
 
 
 @overload

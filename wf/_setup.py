@@ -9,6 +9,7 @@ package itself, installs how a default engine and a remote client are built.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, overload
 
@@ -17,6 +18,7 @@ from wf.engine import _current
 if TYPE_CHECKING:
     import datetime as dt
 
+    from wf._remote import RemoteClient
     from wf.engine._clock import Clock
     from wf.engine._engine import Engine
     from wf.engine._instruments import Instrument
@@ -152,6 +154,18 @@ def _check_store(store: object) -> None:
             "dir=... for the local store's directory"
         )
     raise UsageError(f"wf.configure(store=...) takes a wf.store.Store, not a {kind}")
+
+
+def remote() -> RemoteClient | None:
+    """The server this program talks to (``configure(url=...)``, else ``WF_URL``), or None.
+    ``wf._remote`` (and its imports) is loaded only once a server is named, and nothing here
+    loads the engine: a command that only reads the store here asks this first."""
+    loaded = sys.modules.get("wf._remote")
+    if (loaded is None or loaded._configured is None) and not os.environ.get("WF_URL"):
+        return None
+    from wf._remote import remote_client
+
+    return remote_client()
 
 
 def default_engine() -> Engine:

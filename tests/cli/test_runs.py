@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -215,3 +217,39 @@ def test_gc_and_the_pages_pass_over_a_creation_cut_short_and_its_id_created_agai
     swept = project.cli("gc", "--older-than", "0s", "--json")
     assert swept.exit_code == 0, swept.stderr
     assert sorted(json.loads(swept.stdout)["runs"]) == ["r1", "r2"]
+
+
+READ_ONLY_CODE = """
+import json, sys
+from wf.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "engine": sorted(m for m in sys.modules if m in HEAVY)}))
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["runs"], ["runs", "--json"], ["inspect", "RUN", "--json"], ["inspect", "RUN"]],
+    ids=" ".join,
+)
+def test_reading_the_local_store_builds_no_engine(project: Project, args: list[str]) -> None:
+    # A listing or a run's detail only reads the store: the engine (its drivers, child runs,
+    # hooks, streams) is a fifth of the command's start-up, and is loaded only by a command
+    # that drives or controls runs.
+    ids = make_runs(project)
+    heavy = ["wf._entry", "wf.engine._driver", "wf.engine._engine"]
+    code = f"HEAVY = {heavy!r}\n" + READ_ONLY_CODE
+    args = [ids["completed"] if arg == "RUN" else arg for arg in args]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=project.root,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    outcome = json.loads(done.stdout.splitlines()[-1])
+    assert outcome == {"code": 0, "engine": []}, done.stderr

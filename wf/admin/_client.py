@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -274,8 +275,25 @@ class LocalAdmin:
     """``Admin`` over an engine and its store, in this process."""
 
     def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+        self._engine: Engine | None = engine
+        self._build: Callable[[], Engine] | None = None
         self.store = engine.store
+
+    @classmethod
+    def _on_demand(cls, store: Store, build: Callable[[], Engine]) -> LocalAdmin:
+        """A client on ``store`` whose engine ``build()`` makes when a method first needs one
+        (a read never does: ``reading``)."""
+        client = cls.__new__(cls)
+        client._engine, client._build, client.store = None, build, store
+        return client
+
+    @property
+    def engine(self) -> Engine:
+        """The engine that drives and controls runs here (built now if it was not yet)."""
+        if self._engine is None:
+            assert self._build is not None
+            self._engine = self._build()
+        return self._engine
 
     async def list_runs(
         self,
@@ -311,7 +329,7 @@ class LocalAdmin:
     async def run_detail(self, run_id: str, *, replay: bool = False) -> RunDetail:
         record = await existing_run(self.store, run_id)
         # The engine's clock decides which sleeps are over (a test's fake clock, stable screens).
-        now = self.engine.clock.now()
+        now = self.now()
         return await _read.run_detail(self.store, record.id, now=now, replay=replay)
 
     async def explain(self, run_id: str) -> Explanation:
@@ -425,8 +443,11 @@ class LocalAdmin:
         return self.driving(run_id)
 
     def now(self) -> float:
-        """The engine's clock (a test's fake clock gives stable screens)."""
-        return self.engine.clock.now()
+        """The engine's clock (a test's fake clock gives stable screens); the system's while
+        no engine was built (the one ``reading`` would build keeps it)."""
+        if self._engine is None:
+            return time.time()
+        return self._engine.clock.now()
 
     async def log_page(
         self, run_id: str, *, start: int = 0, limit: int = 500, step: str | None = None
@@ -632,7 +653,7 @@ async def connect(
     """The client a front end uses: over HTTP when ``wf.configure(url=...)`` or ``WF_URL``
     names a ``wf serve`` (``WF_TOKEN`` its token), else on the configured store here
     (``on_crossing``: as for ``local``)."""
-    from wf._entry import remote as configured_remote
+    from wf._setup import remote as configured_remote
     from wf.admin._http import HttpAdmin
 
     remote = configured_remote()
@@ -641,3 +662,32 @@ async def connect(
         return
     async with local(on_crossing=on_crossing) as client:
         yield client
+
+
+@contextlib.asynccontextmanager
+async def reading() -> AsyncIterator[Admin]:
+    """``connect()`` for a front end that reads (``wf runs``, ``wf inspect``): the same
+    client, except that on the store here no engine is built until a method needs one (a
+    read never does, so the engine is not even imported) and none is current in the block.
+    An engine built is closed on leaving, as ``local`` closes its own."""
+    from wf._setup import remote as configured_remote
+
+    remote = configured_remote()
+    if remote is not None:
+        from wf.admin._http import HttpAdmin
+
+        yield HttpAdmin(remote)
+        return
+    from wf._config import default_store
+    from wf.admin._engines import configured_engine
+
+    store = default_store()
+    try:
+        client = LocalAdmin._on_demand(store, lambda: configured_engine(store))
+        try:
+            yield client
+        finally:
+            if client._engine is not None:
+                await client._engine.aclose()
+    finally:
+        await store.close()

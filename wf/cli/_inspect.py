@@ -112,9 +112,11 @@ async def _check_target(run_id: str | None) -> str | None:
 
 async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | None:
     from wf.admin import connect, detail_json
+    from wf.admin._client import reading
     from wf.cli._format import say_damaged, say_shown_by_name
 
-    async with connect() as client:
+    # A replay imports the run's code, which may ask for the current engine: as with connect.
+    async with connect() if replay else reading() as client:
         if run_id is None:
             run_id = await client.newest_run()
             if run_id is None:
@@ -128,9 +130,9 @@ async def _gather(run_id: str | None, replay: bool = False) -> dict[str, Any] | 
 
 async def _export(run_id: str | None) -> list[dict[str, Any]] | None:
     """The run's record (``{"record": ...}``), then every event of its journal, oldest first."""
-    from wf.admin import connect
+    from wf.admin._client import reading
 
-    async with connect() as client:
+    async with reading() as client:
         if run_id is None:
             run_id = await client.newest_run()
             if run_id is None:

@@ -129,9 +129,9 @@ async def _list(
     search: str | None,
     named: dict[str, str | None],
 ) -> RunPage:
-    from wf.admin import connect
+    from wf.admin._client import reading
 
-    async with connect() as client:
+    async with reading() as client:
         return await client.list_runs(
             status=statuses, workflow=workflow, limit=limit, before=before, search=search, **named
         )

@@ -31,7 +31,7 @@ def launch(run_id: str | None = None) -> None:
 
 async def _run_app(run_id: str | None) -> None:
     from wf._config import describe_store
-    from wf._entry import remote
+    from wf._setup import remote
     from wf.admin import connect
     from wf.cli.tui._app import InspectApp
 
