@@ -240,7 +240,7 @@ def test_reading_the_local_store_builds_no_engine(project: Project, args: list[s
     # hooks, streams) is a fifth of the command's start-up, and is loaded only by a command
     # that drives or controls runs.
     ids = make_runs(project)
-    heavy = ["wf._entry", "wf.engine._driver", "wf.engine._engine"]
+    heavy = ["wf._entry", "wf.engine._driver", "wf.engine._engine", "wf.engine._step"]
     code = f"HEAVY = {heavy!r}\n" + READ_ONLY_CODE
     args = [ids["completed"] if arg == "RUN" else arg for arg in args]
     done = subprocess.run(

@@ -461,6 +461,18 @@ async def run_detail(
     )
 
 
+def latest_progress(journal: list[dict[str, Any]]) -> Any:
+    """The data of the run's latest progress report (None if it has reported none). Here, not
+    beside ``wf.progress`` in ``wf.engine._watch``, whose imports (steps, workflows, the run
+    context) a look at a run does not need."""
+    from wf.engine._codec import decode
+
+    for event in reversed(journal):
+        if event.get("type") == "progress":
+            return decode(event.get("data"))
+    return None
+
+
 async def queue_state(
     store: Store, record: RunRecord, journal: list[dict[str, Any]], now: float
 ) -> dict[str, Any]:
@@ -472,7 +484,6 @@ async def queue_state(
     from wf.engine._codec import encode
     from wf.engine._queueing import explain as explain_hold
     from wf.engine._queueing import served
-    from wf.engine._watch import latest_progress
 
     total = None
     if record.status is RunStatus.PENDING:  # the only runs a hold is explained for

@@ -143,11 +143,3 @@ async def watch(store: Store, run_id: str, *, poll: float = 2.0) -> AsyncIterato
                 return
         seen += len(new)
         await store.wait_for_run(run_id, poll)
-
-
-def latest_progress(journal: list[Event]) -> Any:
-    """The data of the run's latest progress report (None if it has reported none)."""
-    for event in reversed(journal):
-        if event.get("type") == "progress":
-            return decode(event.get("data"))
-    return None
