@@ -26,63 +26,131 @@ here (``LocalAdmin``) or a ``wf serve`` (``HttpAdmin``, when ``WF_URL`` is set):
 
 from __future__ import annotations
 
-from wf.admin._client import Admin, LocalAdmin, connect, hook_page, list_hooks, local
-from wf.admin._control import (
-    cancel,
-    cancel_tree,
-    descendants,
-    follow_stream,
-    resume_hook,
-    retry,
-    wake,
-)
-from wf.admin._deployments import DeploymentPage
-from wf.admin._detail import detail_json, http_detail_json
-from wf.admin._explain import explain
-from wf.admin._feed import wait_for_change, wait_for_run
-from wf.admin._http import HttpAdmin
-from wf.admin._journal import failures, operations
-from wf.admin._liveness import LivenessProbe
-from wf.admin._logs import LogPage, follow_logs, log_page
-from wf.admin._model import (
-    Attempt,
-    Compensations,
-    ControlResult,
-    EventPage,
-    Explanation,
-    Failure,
-    HookPage,
-    Operation,
-    OperationKind,
-    Race,
-    Reason,
-    ReasonKind,
-    RunDetail,
-    RunLink,
-    RunPage,
-    SchedulePage,
-    StoreInfo,
-    StreamInfo,
-    Tone,
-)
-from wf.admin._read import (
-    journal_page,
-    list_runs,
-    list_schedules,
-    queue_stats,
-    replay_check,
-    run_detail,
-    schedule_page,
-    store_info,
-)
-from wf.admin._start import (
-    RunRequest,
-    drive_through_outages,
-    run_request,
-    start_run,
-    with_options,
-    workflow_at,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wf.admin._client import Admin, LocalAdmin, connect, hook_page, list_hooks, local
+    from wf.admin._control import (
+        cancel,
+        cancel_tree,
+        descendants,
+        follow_stream,
+        resume_hook,
+        retry,
+        wake,
+    )
+    from wf.admin._deployments import DeploymentPage
+    from wf.admin._detail import detail_json, http_detail_json
+    from wf.admin._explain import explain
+    from wf.admin._feed import wait_for_change, wait_for_run
+    from wf.admin._http import HttpAdmin
+    from wf.admin._journal import failures, operations
+    from wf.admin._liveness import LivenessProbe
+    from wf.admin._logs import LogPage, follow_logs, log_page
+    from wf.admin._model import (
+        Attempt,
+        Compensations,
+        ControlResult,
+        EventPage,
+        Explanation,
+        Failure,
+        HookPage,
+        Operation,
+        OperationKind,
+        Race,
+        Reason,
+        ReasonKind,
+        RunDetail,
+        RunLink,
+        RunPage,
+        SchedulePage,
+        StoreInfo,
+        StreamInfo,
+        Tone,
+    )
+    from wf.admin._read import (
+        journal_page,
+        list_runs,
+        list_schedules,
+        queue_stats,
+        replay_check,
+        run_detail,
+        schedule_page,
+        store_info,
+    )
+    from wf.admin._start import (
+        RunRequest,
+        drive_through_outages,
+        run_request,
+        start_run,
+        with_options,
+        workflow_at,
+    )
+
+# Each name is imported on first use (as the ``wf`` facade does): a command that only lists
+# runs loads the reading half, not the controls, starts, deployments or the HTTP client.
+_EXPORTS = {
+    "Admin": "wf.admin._client",
+    "Attempt": "wf.admin._model",
+    "Compensations": "wf.admin._model",
+    "ControlResult": "wf.admin._model",
+    "DeploymentPage": "wf.admin._deployments",
+    "EventPage": "wf.admin._model",
+    "Explanation": "wf.admin._model",
+    "Failure": "wf.admin._model",
+    "HookPage": "wf.admin._model",
+    "HttpAdmin": "wf.admin._http",
+    "LivenessProbe": "wf.admin._liveness",
+    "LocalAdmin": "wf.admin._client",
+    "LogPage": "wf.admin._logs",
+    "Operation": "wf.admin._model",
+    "OperationKind": "wf.admin._model",
+    "Race": "wf.admin._model",
+    "Reason": "wf.admin._model",
+    "ReasonKind": "wf.admin._model",
+    "RunDetail": "wf.admin._model",
+    "RunLink": "wf.admin._model",
+    "RunPage": "wf.admin._model",
+    "RunRequest": "wf.admin._start",
+    "SchedulePage": "wf.admin._model",
+    "StoreInfo": "wf.admin._model",
+    "StreamInfo": "wf.admin._model",
+    "Tone": "wf.admin._model",
+    "cancel": "wf.admin._control",
+    "cancel_tree": "wf.admin._control",
+    "connect": "wf.admin._client",
+    "descendants": "wf.admin._control",
+    "detail_json": "wf.admin._detail",
+    "drive_through_outages": "wf.admin._start",
+    "explain": "wf.admin._explain",
+    "failures": "wf.admin._journal",
+    "follow_logs": "wf.admin._logs",
+    "follow_stream": "wf.admin._control",
+    "hook_page": "wf.admin._client",
+    "http_detail_json": "wf.admin._detail",
+    "journal_page": "wf.admin._read",
+    "list_hooks": "wf.admin._client",
+    "list_runs": "wf.admin._read",
+    "list_schedules": "wf.admin._read",
+    "local": "wf.admin._client",
+    "log_page": "wf.admin._logs",
+    "operations": "wf.admin._journal",
+    "queue_stats": "wf.admin._read",
+    "replay_check": "wf.admin._read",
+    "resume_hook": "wf.admin._control",
+    "retry": "wf.admin._control",
+    "run_detail": "wf.admin._read",
+    "run_request": "wf.admin._start",
+    "schedule_page": "wf.admin._read",
+    "start_run": "wf.admin._start",
+    "store_info": "wf.admin._read",
+    "wait_for_change": "wf.admin._feed",
+    "wait_for_run": "wf.admin._feed",
+    "wake": "wf.admin._control",
+    "with_options": "wf.admin._start",
+    "workflow_at": "wf.admin._start",
+}
 
 __all__ = [
     "Admin",
@@ -145,3 +213,16 @@ __all__ = [
     "with_options",
     "workflow_at",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'wf.admin' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
