@@ -25,6 +25,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    # The subpackages ``__getattr__`` imports on first use (``_SUBPACKAGES``).
+    from wf import admin as admin
+    from wf import ai as ai
+    from wf import otel as otel
+    from wf import testing as testing
     from wf._entry import get_run, resume_hook, start
     from wf._exceptions import (
         Cancelled,
@@ -242,16 +247,19 @@ from wf import _setup as _setup  # noqa: E402
 _SUBPACKAGES = {"admin", "ai", "otel", "testing"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"wf.{name}")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'wf' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
+# Hidden from type checkers: a module ``__getattr__`` would make them accept any name
+# (``wf.workflw``); they see the imports above instead.
+if not TYPE_CHECKING:
 
+    def __getattr__(name: str) -> Any:
+        if name in _SUBPACKAGES:
+            return importlib.import_module(f"wf.{name}")
+        module = _EXPORTS.get(name)
+        if module is None:
+            raise AttributeError(f"module 'wf' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))
