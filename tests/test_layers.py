@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 import re
+import types
+
+import pytest
 
 import wf
 import wf.admin
@@ -46,6 +50,39 @@ def test_every_contract_name_is_exported() -> None:
 def test_all_is_sorted_and_has_no_private_names() -> None:
     assert wf.__all__ == sorted(wf.__all__)
     assert not [n for n in wf.__all__ if n.startswith("_")]
+
+
+def _checked_imports(package: types.ModuleType) -> dict[str, tuple[str, str]]:
+    """What a type checker sees in ``package``'s ``if TYPE_CHECKING:`` block: each name
+    bound, with the module and the name it is imported from."""
+    tree = ast.parse(pathlib.Path(package.__file__ or "").read_text())
+    found: dict[str, tuple[str, str]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"):
+            continue
+        for statement in node.body:
+            assert isinstance(statement, ast.ImportFrom), ast.unparse(statement)
+            for alias in statement.names:
+                found[alias.asname or alias.name] = (statement.module or "", alias.name)
+    return found
+
+
+@pytest.mark.parametrize("package", [wf, wf.admin], ids=lambda package: package.__name__)
+def test_each_lazy_name_is_the_object_type_checkers_are_shown(package: types.ModuleType) -> None:
+    # The names are imported on first use (``_EXPORTS``), while type checkers read the
+    # ``TYPE_CHECKING`` imports: the three lists are kept by hand and must not drift apart.
+    exports: dict[str, str] = vars(package)["_EXPORTS"]
+    subpackages: set[str] = vars(package).get("_SUBPACKAGES", set())
+    checked = _checked_imports(package)
+    assert set(exports) == set(package.__all__)
+    assert set(checked) == set(package.__all__) | subpackages
+    for name in subpackages:
+        assert checked[name] == (package.__name__, name)
+        assert getattr(package, name) is importlib.import_module(f"{package.__name__}.{name}")
+    for name in package.__all__:
+        module, original = checked[name]
+        assert exports[name] == module, name
+        assert getattr(package, name) is getattr(importlib.import_module(module), original), name
 
 
 def test_the_exceptions_module_draws_every_exception_in_its_tree() -> None:
