@@ -276,23 +276,24 @@ class LocalAdmin:
 
     def __init__(self, engine: Engine) -> None:
         self._engine: Engine | None = engine
-        self._build: Callable[[], Engine] | None = None
         self.store = engine.store
 
     @classmethod
-    def _on_demand(cls, store: Store, build: Callable[[], Engine]) -> LocalAdmin:
-        """A client on ``store`` whose engine ``build()`` makes when a method first needs one
-        (a read never does: ``reading``)."""
+    def _reader(cls, store: Store) -> LocalAdmin:
+        """A client that only reads ``store``: it has no engine (``reading``)."""
         client = cls.__new__(cls)
-        client._engine, client._build, client.store = None, build, store
+        client._engine, client.store = None, store
         return client
 
     @property
     def engine(self) -> Engine:
-        """The engine that drives and controls runs here (built now if it was not yet)."""
+        """The engine that drives and controls runs here."""
         if self._engine is None:
-            assert self._build is not None
-            self._engine = self._build()
+            # Not built here: it would be current nowhere and blind to crossings (connect's).
+            raise RuntimeError(
+                "this client only reads the store (wf.admin._client.reading): drive or "
+                "control runs through wf.admin.connect()"
+            )
         return self._engine
 
     async def list_runs(
@@ -430,8 +431,11 @@ class LocalAdmin:
 
     def driving(self, run_id: str) -> asyncio.Task[Any] | None:
         """The task of this process that drives the run, if one does (after ``cancel``,
-        ``wake`` or ``drive`` started one): a front end tells its user when it fails."""
-        return self.engine.drivers.get(run_id)
+        ``wake`` or ``drive`` started one): a front end tells its user when it fails. None
+        for a client that only reads (``reading``): it drives nothing."""
+        if self._engine is None:
+            return None
+        return self._engine.drivers.get(run_id)
 
     def drive(self, run_id: str) -> asyncio.Task[Any] | None:
         """Drive the run in this process unless it is driven here already (as ``Run.cancel``
@@ -443,8 +447,8 @@ class LocalAdmin:
         return self.driving(run_id)
 
     def now(self) -> float:
-        """The engine's clock (a test's fake clock gives stable screens); the system's while
-        no engine was built (the one ``reading`` would build keeps it)."""
+        """The engine's clock (a test's fake clock gives stable screens); the system's for a
+        client that only reads (``reading``), as a configured engine's would be."""
         if self._engine is None:
             return time.time()
         return self._engine.clock.now()
@@ -666,10 +670,10 @@ async def connect(
 
 @contextlib.asynccontextmanager
 async def reading() -> AsyncIterator[Admin]:
-    """``connect()`` for a front end that reads (``wf runs``, ``wf inspect``): the same
-    client, except that on the store here no engine is built until a method needs one (a
-    read never does, so the engine is not even imported) and none is current in the block.
-    An engine built is closed on leaving, as ``local`` closes its own."""
+    """``connect()`` for a front end that only reads (``wf runs``, ``wf inspect``): the same
+    client, except that on the store here it has no engine (the engine is not even imported)
+    and none is current in the block. A method that drives or controls runs raises
+    ``RuntimeError``: that takes ``connect()``, whose engine is current while it drives."""
     from wf._setup import remote as configured_remote
 
     remote = configured_remote()
@@ -679,15 +683,9 @@ async def reading() -> AsyncIterator[Admin]:
         yield HttpAdmin(remote)
         return
     from wf._config import default_store
-    from wf.admin._engines import configured_engine
 
     store = default_store()
     try:
-        client = LocalAdmin._on_demand(store, lambda: configured_engine(store))
-        try:
-            yield client
-        finally:
-            if client._engine is not None:
-                await client._engine.aclose()
+        yield LocalAdmin._reader(store)
     finally:
         await store.close()
