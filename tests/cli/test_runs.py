@@ -253,3 +253,35 @@ def test_reading_the_local_store_builds_no_engine(project: Project, args: list[s
     )
     outcome = json.loads(done.stdout.splitlines()[-1])
     assert outcome == {"code": 0, "engine": []}, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("WF_MAX_RECOVERIES", "abc", "WF_MAX_RECOVERIES"),
+        ("WF_STEP_THREADS", "-1", "WF_STEP_THREADS"),
+        ("WF_CONCURRENCY", "zz", "WF_CONCURRENCY"),
+        ("WF_DEPLOYMENT", "", "WF_DEPLOYMENT"),
+    ],
+)
+@pytest.mark.parametrize(
+    "args",
+    [["runs"], ["inspect", "RUN", "--json"], ["inspect", "RUN", "--journal"]],
+    ids=" ".join,
+)
+def test_a_read_command_refuses_a_malformed_engine_setting_as_every_command_does(
+    project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    said: str,
+    args: list[str],
+) -> None:
+    # The read commands build no engine, yet the settings it would take are checked: a bad
+    # WF_CONCURRENCY is said by wf runs as by wf run, not found later by a worker.
+    run_id = make_runs(project)["completed"]
+    monkeypatch.setenv(variable, value)
+    result = project.cli(*[run_id if arg == "RUN" else arg for arg in args])
+    assert result.exit_code == 2, result.stdout
+    assert said in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert result.stdout == ""

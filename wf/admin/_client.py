@@ -672,8 +672,9 @@ async def connect(
 async def reading() -> AsyncIterator[Admin]:
     """``connect()`` for a front end that only reads (``wf runs``, ``wf inspect``): the same
     client, except that on the store here it has no engine (the engine is not even imported)
-    and none is current in the block. A method that drives or controls runs raises
-    ``RuntimeError``: that takes ``connect()``, whose engine is current while it drives."""
+    and none is current in the block; the settings that engine would take are checked all
+    the same. A method that drives or controls runs raises ``RuntimeError``: that takes
+    ``connect()``, whose engine is current while it drives."""
     from wf._setup import remote as configured_remote
 
     remote = configured_remote()
@@ -683,7 +684,9 @@ async def reading() -> AsyncIterator[Admin]:
         yield HttpAdmin(remote)
         return
     from wf._config import default_store
+    from wf.admin._engines import engine_settings
 
+    engine_settings()  # a malformed one is said here as by every command (exit 2)
     store = default_store()
     try:
         yield LocalAdmin._reader(store)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from wf.engine._engine import Engine
@@ -46,27 +46,48 @@ def configured_engine(
     and the seconds that drive took (an error ending a drive is the worker's to report).
     ``retention``: apply the store-wide retention (``[tool.wf] retention``, ``WF_RETENTION``).
     """
-    from wf._config import (
-        deployment_setting,
-        max_recoveries_setting,
-        retention_setting,
-        step_threads_setting,
-        store_wide_concurrency,
-    )
+    from wf._config import retention_setting
     from wf.engine._engine import Engine
 
     engine = Engine(
         store,
-        concurrency=store_wide_concurrency(),
         retention=retention_setting() if retention else None,
         instruments=[] if on_drive_end is None else [_drive_reporter(on_drive_end)],
-        max_recoveries=max_recoveries_setting(),
-        deployment=deployment_setting(),
-        step_threads=step_threads_setting(),
+        **engine_settings(),
     )
     if on_crossing is not None:
         engine.on_crossing(on_crossing)
     return engine
+
+
+class EngineSettings(TypedDict):
+    """``Engine``'s arguments that the configuration sets (``engine_settings``)."""
+
+    concurrency: int | None
+    max_recoveries: int
+    deployment: str | None
+    step_threads: int | None
+
+
+def engine_settings() -> EngineSettings:
+    """The configured settings every engine here is built with (``configured_engine``); a
+    malformed one raises ``UsageError``. Read without importing the engine: a command that
+    only reads the store (``wf.admin._client.reading``) checks them as one that drives does."""
+    from wf._config import (
+        deployment_setting,
+        find_project,
+        max_recoveries_setting,
+        step_threads_setting,
+        store_wide_concurrency,
+    )
+
+    project = find_project()  # once, not once a setting
+    return EngineSettings(
+        concurrency=store_wide_concurrency(project),
+        max_recoveries=max_recoveries_setting(project),
+        deployment=deployment_setting(project),
+        step_threads=step_threads_setting(project),
+    )
 
 
 @contextlib.asynccontextmanager
