@@ -222,26 +222,41 @@ def test_gc_and_the_pages_pass_over_a_creation_cut_short_and_its_id_created_agai
 READ_ONLY_CODE = """
 import json, sys
 from wf.cli import main
+launched = []
+if TERMINAL:  # as on a terminal, up to the app (which drives runs: it has an engine)
+    import wf.cli._inspect, wf.cli.tui
+    wf.cli._inspect._interactive = lambda: True
+    wf.cli.tui.launch = launched.append
 try:
     main(sys.argv[1:])
 except SystemExit as exit:
     code = exit.code
-print(json.dumps({"code": code, "engine": sorted(m for m in sys.modules if m in HEAVY)}))
+engine = sorted(m for m in sys.modules if m in HEAVY)
+print(json.dumps({"code": code, "engine": engine, "launched": launched}))
 """
 
 
 @pytest.mark.parametrize(
     "args",
-    [["runs"], ["runs", "--json"], ["inspect", "RUN", "--json"], ["inspect", "RUN"]],
+    [
+        ["runs"],
+        ["runs", "--json"],
+        ["inspect", "RUN", "--json"],
+        ["inspect", "RUN"],
+        ["inspect", "RUN", "TERMINAL"],
+    ],
     ids=" ".join,
 )
 def test_reading_the_local_store_builds_no_engine(project: Project, args: list[str]) -> None:
     # A listing or a run's detail only reads the store: the engine (its drivers, child runs,
     # hooks, streams) is a fifth of the command's start-up, and is loaded only by a command
-    # that drives or controls runs.
+    # that drives or controls runs. On a terminal, the run asked for is checked before the app
+    # opens, without one either.
     ids = make_runs(project)
     heavy = ["wf._entry", "wf.engine._driver", "wf.engine._engine", "wf.engine._step"]
-    code = f"HEAVY = {heavy!r}\n" + READ_ONLY_CODE
+    terminal = "TERMINAL" in args
+    code = f"HEAVY = {heavy!r}\nTERMINAL = {terminal!r}\n" + READ_ONLY_CODE
+    args = [arg for arg in args if arg != "TERMINAL"]
     args = [ids["completed"] if arg == "RUN" else arg for arg in args]
     done = subprocess.run(
         [sys.executable, "-c", code, *args],
@@ -252,7 +267,8 @@ def test_reading_the_local_store_builds_no_engine(project: Project, args: list[s
         timeout=60,
     )
     outcome = json.loads(done.stdout.splitlines()[-1])
-    assert outcome == {"code": 0, "engine": []}, done.stderr
+    launched = [ids["completed"]] if terminal else []
+    assert outcome == {"code": 0, "engine": [], "launched": launched}, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -102,9 +102,9 @@ def _launch(run_id: str | None) -> None:
 
 async def _check_target(run_id: str | None) -> str | None:
     """The run id to open (validated, existing), ``""`` for the runs table, None if no runs."""
-    from wf.admin import connect
+    from wf.admin._client import reading
 
-    async with connect() as client:
+    async with reading() as client:  # the app's own client drives; this one only looks
         if run_id is not None:
             return (await client.run_detail(run_id)).run.id
         return "" if await client.newest_run() is not None else None
