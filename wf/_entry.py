@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from wf._setup import remote as remote  # read without the engine: wf.admin.connect asks it
+# In wf._setup, so that wf.admin's connect() and reading() ask it without importing the engine.
+from wf._setup import remote
 from wf.engine import _engine, _hooks
 from wf.engine._context import current_run
 

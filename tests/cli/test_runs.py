@@ -243,6 +243,7 @@ print(json.dumps({"code": code, "engine": engine, "launched": launched}))
         ["runs", "--json"],
         ["inspect", "RUN", "--json"],
         ["inspect", "RUN"],
+        ["inspect", "RUN", "--journal"],
         ["inspect", "RUN", "TERMINAL"],
     ],
     ids=" ".join,
@@ -266,6 +267,7 @@ def test_reading_the_local_store_builds_no_engine(project: Project, args: list[s
         text=True,
         timeout=60,
     )
+    assert done.returncode == 0, done.stderr
     outcome = json.loads(done.stdout.splitlines()[-1])
     launched = [ids["completed"]] if terminal else []
     assert outcome == {"code": 0, "engine": [], "launched": launched}, done.stderr
