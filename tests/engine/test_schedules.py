@@ -141,6 +141,22 @@ async def test_registering_validates_each_field(wf_engine: Engine) -> None:
     assert await wf.schedules() == []  # nothing half-registered
 
 
+@pytest.mark.parametrize("name", ["localtime", "posixrules", "Factory", "posix/Europe/Paris"])
+async def test_a_zone_that_depends_on_the_machine_is_refused(wf_engine: Engine, name: str) -> None:
+    """``localtime`` is whatever zone this machine is set to: another worker's may differ."""
+    with pytest.raises(wf.UsageError, match=rf"^tz: '{name}' is not a place's zone"):
+        await wf.schedule("s", tick, cron="* * * * *", tz=name)
+    assert await wf.schedules() == []
+
+
+async def test_a_zoneinfo_is_kept_as_its_name(wf_engine: Engine) -> None:
+    made = await wf.schedule("s", tick, cron="0 3 * * *", tz=ZoneInfo("Europe/Paris"))
+    assert made.tz == "Europe/Paris"
+    assert (await wf.schedule("u", tick, cron="0 3 * * *", tz=dt.UTC)).tz == "UTC"
+    with pytest.raises(wf.UsageError, match=r"^tz: expected an IANA zone name"):
+        await wf.schedule("t", tick, cron="0 3 * * *", tz=dt.timezone(dt.timedelta(hours=2)))
+
+
 async def test_registering_again_replaces_in_place(wf_engine: Engine) -> None:
     await wf.schedule("s", tick, cron="* * * * *", input=1)
     await work_until(wf_engine, T0 + 2 * MIN + 1)

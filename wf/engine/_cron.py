@@ -26,6 +26,37 @@ def check_tz(tz: str | None) -> dt.tzinfo:
         ) from None
 
 
+_MACHINE_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+"""Names a zone database may hold that are not a place's rules: ``localtime`` and
+``posixrules`` are whatever zone this machine was set to (another worker's may differ), and
+``Factory`` is the "no zone set" placeholder."""
+
+
+def zone_name(tz: object) -> str | None:
+    """The zone a new schedule is given, as the name it keeps: an IANA name, a
+    ``zoneinfo.ZoneInfo`` (its key) or UTC (``datetime.UTC``); None for UTC by default.
+    ``UsageError`` for anything else, and for names that mean a different zone on another
+    machine (``localtime``, ``posixrules``, ``posix/``... and ``right/``... copies)."""
+    if tz is None:
+        return None
+    if tz is dt.UTC:
+        return "UTC"
+    if isinstance(tz, ZoneInfo) and tz.key is not None:
+        tz = tz.key
+    if not isinstance(tz, str):
+        raise UsageError(
+            f"tz: expected an IANA zone name like 'Europe/Paris' (or a zoneinfo.ZoneInfo), "
+            f"got {shown(tz)}"
+        )
+    if tz in _MACHINE_ZONES or tz.startswith(("posix/", "right/")):
+        raise UsageError(
+            f"tz: {shown(tz)} is not a place's zone: it depends on the machine's zone files "
+            "(use an IANA name like 'Europe/Paris' or 'UTC')"
+        )
+    check_tz(tz)
+    return tz
+
+
 def check_cron(cron: object) -> str:
     """The expression if croniter accepts it; else ``UsageError`` naming the field."""
     from croniter import croniter

@@ -39,6 +39,7 @@ through the repeated hour, as cron does.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import logging
 import re
@@ -56,7 +57,7 @@ from wf._exceptions import (
 from wf.engine._catchup import Plan, plan
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
-from wf.engine._cron import check_cron, check_tz, first_fire
+from wf.engine._cron import check_cron, check_tz, first_fire, zone_name
 from wf.engine._firing import FIRE_CONCURRENCY, Firing
 from wf.engine._queueing import check_priority, served
 from wf.engine._signature import bind_input, validate_arguments
@@ -117,7 +118,7 @@ async def schedule(
     *,
     cron: str,
     input: Any = None,
-    tz: str | None = None,
+    tz: str | dt.tzinfo | None = None,
     skip_if_running: bool = True,
     catch_up: str = "one",
     priority: int | None = None,
@@ -127,15 +128,17 @@ async def schedule(
 ) -> Schedule:
     """Create or replace (by id) a cron schedule that starts ``workflow`` with ``input``.
 
-    ``input`` reads like ``wf run --input``: an object maps parameters by name, a list gives them
-    by position, another value is the single argument. Everything is validated now: a malformed
-    ``cron``, an unknown ``tz`` or an ``input`` that does not fit raises ``UsageError`` naming
-    the field. ``skip_if_running`` skips a fire while the previous run is still going;
-    ``catch_up`` says what to do with fires missed while no worker ran (``"one"``, ``"none"``,
-    ``"all"``); ``priority`` and ``group`` are passed to each run (the group defaults to the
-    schedule id, so fires run one at a time); ``allow_overlap=True`` lets fires overlap (no
-    skipping, no group). Replacing a schedule keeps its history; its next fire time is computed
-    again when the cron expression or zone changed. Returns the stored schedule.
+    ``input`` reads like ``wf run --input``: an object maps parameters by name, a list gives
+    them by position, another value is the single argument. Everything is validated now: a
+    malformed ``cron``, an unknown ``tz`` or an ``input`` that does not fit raises
+    ``UsageError`` naming the field. ``tz`` is an IANA name or a ``zoneinfo.ZoneInfo`` (kept as
+    its name); names whose zone depends on the machine (``localtime``) are refused.
+    ``skip_if_running`` skips a fire while the previous run is still going; ``catch_up`` says
+    what to do with fires missed while no worker ran (``"one"``, ``"none"``, ``"all"``);
+    ``priority`` and ``group`` are passed to each run (the group defaults to the schedule id, so
+    fires run one at a time); ``allow_overlap=True`` lets fires overlap (no skipping, no group).
+    Replacing a schedule keeps its history; its next fire time is computed again when the cron
+    expression or zone changed. Returns the stored schedule.
     """
     from wf.engine._current import current_engine
 
@@ -179,7 +182,7 @@ async def register(
     *,
     cron: str,
     input: Any = None,
-    tz: str | None = None,
+    tz: str | dt.tzinfo | None = None,
     skip_if_running: bool = True,
     catch_up: str = "one",
     priority: int | None = None,
@@ -192,7 +195,7 @@ async def register(
     if not isinstance(workflow, Workflow):
         raise UsageError(f"wf.schedule() needs a @wf.workflow, got {type(workflow).__name__}")
     cron = check_cron(cron)
-    check_tz(tz)
+    tz = zone_name(tz)
     if catch_up not in CATCH_UP:
         raise UsageError(f"catch_up: {catch_up!r} is not one of {', '.join(CATCH_UP)}")
     for name, flag in (("skip_if_running", skip_if_running), ("allow_overlap", allow_overlap)):
