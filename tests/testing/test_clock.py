@@ -109,3 +109,13 @@ async def test_a_thread_holds_the_clock_still_and_its_end_lets_it_jump() -> None
         assert not sleeper.done() and clock.now() == start
     await asyncio.wait_for(sleeper, 10)
     assert clock.now() == start + 3600
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_time_that_is_no_number_is_refused(bad: float) -> None:
+    clock = MockClock()
+    with pytest.raises(ValueError, match="finite"):
+        clock.jump(bad)
+    assert clock.now() == 1_800_000_000.0
+    with pytest.raises(ValueError, match="finite"):
+        MockClock(start=bad)

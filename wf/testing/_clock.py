@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Iterator
 
@@ -45,6 +46,8 @@ class MockClock:
     def __init__(
         self, start: float = 1_800_000_000.0, *, autojump: bool = True, idle_turns: int = 20
     ) -> None:
+        if not math.isfinite(start):
+            raise ValueError(f"start must be a finite time, not {start!r}")
         self._now = start
         self.autojump = autojump
         self.idle_turns = idle_turns
@@ -61,6 +64,8 @@ class MockClock:
 
     def jump(self, seconds: float) -> None:
         """Move time forward by ``seconds`` and wake everyone now due."""
+        if not math.isfinite(seconds):
+            raise ValueError(f"seconds must be a finite number, not {seconds!r}")
         if seconds < 0:
             raise ValueError("time only moves forward")
         self._now += seconds
