@@ -857,3 +857,22 @@ async def test_changes_tell_of_new_runs_and_of_a_runs_change(backend: admin.Admi
                 told = asyncio.ensure_future(anext(feed))
     with pytest.raises(wf.RunNotFound):
         await anext(backend.changes("wrun_nosuchrun0000000000000000"))
+
+
+async def test_a_fault_tried_again_later_says_so_from_both_backends(
+    both: tuple[admin.Admin, admin.Admin], live: Api
+) -> None:
+    """``Fault.again`` (a run whose file refused a read, skipped for now) comes over HTTP."""
+    local, http = both
+    ids = [await local.start("tests.serve.flows:adder", [n, 1]) for n in range(2)]
+    for run_id in ids:
+        await local.ended(run_id)
+    live.app.state.worker.stop()
+    store = live.engine.store
+    # As a worker's claim notes a run one of whose files refused (EACCES): tried again later.
+    store.faults.note("run", ids[1], store.run_location(ids[1]), "Permission denied", again=True)
+    damage_local_run(store, ids[1])
+    page = await local.list_runs(limit=10)
+    [fault] = page.damaged
+    assert (fault.item, fault.again) == (ids[1], True)
+    assert await http.list_runs(limit=10) == page

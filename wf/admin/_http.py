@@ -560,7 +560,8 @@ def _schedule_path(schedule_id: str) -> str:
 
 
 def _fault(data: dict[str, Any]) -> Fault:
-    """A damaged item as a server describes it (keys it does not send are left empty)."""
+    """A damaged item as a server describes it, every field kept (keys an older server does
+    not send are left empty)."""
     kind, item, where, reason = (
         str(data.get(name) or "") for name in ("kind", "item", "where", "reason")
     )
@@ -571,6 +572,7 @@ def _fault(data: dict[str, Any]) -> Fault:
         where,
         reason,
         data.get("failed") is True,
+        data.get("again") is True,
         shown_as=shown_as if isinstance(shown_as, str) else "",
     )
 
