@@ -25,6 +25,7 @@ FAILING = "tests.cli.flows:failing"
         pytest.param(["--at", "9999-12-31T23:59:59-14:00"], "9999", id="at-past-9999"),
         pytest.param(["--delay", "99999999999d"], "9999", id="delay-past-9999"),
         pytest.param(["--delay", "inf"], "delay", id="delay-inf"),
+        pytest.param(["--delay", "1e308d"], "--delay must be a duration", id="delay-past-float"),
         pytest.param(["--group", "\ud800"], "not valid UTF-8", id="group-surrogate"),
         pytest.param(["--group", "a\x00b"], "control character", id="group-nul"),
         pytest.param(["--group", ""], "empty", id="group-empty"),

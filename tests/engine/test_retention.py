@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import errno
+import math
 import os
 from pathlib import Path
 
@@ -325,6 +326,39 @@ def test_a_retention_under_one_second_is_refused_as_zero_is(
     with pytest.raises(wf.UsageError, match="one second or more"):
         wf.configure(retention=short)  # type: ignore[arg-type]
     assert wf.workflow(retention="1s")(plain.fn).retention == 1.0
+
+
+@pytest.mark.parametrize(
+    "endless",
+    [math.nan, math.inf, -math.inf, 10**400, "9" * 400, "9" * 400 + "d"],
+    ids=["nan", "inf", "-inf", "int-past-float", "digits-past-float", "days-past-float"],
+)
+def test_a_retention_that_is_no_finite_duration_is_refused_wherever_it_is_given(
+    endless: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Not kept forever without a word (inf), nor called negative (nan): keeping forever is
+    spelled by leaving retention out (a workflow's ``retention=None``)."""
+    said = r".* is not a finite duration .*keep runs forever.*retention=None"
+    with pytest.raises(wf.UsageError, match=r"^retention: " + said):
+        wf.workflow(retention=endless)(plain.fn)  # type: ignore[arg-type]
+    with pytest.raises(wf.UsageError, match=said):
+        wf.configure(retention=endless)  # type: ignore[arg-type]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WF_RETENTION", raising=False)
+    if isinstance(endless, float):  # TOML spells them nan, inf, -inf
+        (tmp_path / "pyproject.toml").write_text(f"[tool.wf]\nretention = {endless}\n")
+        with pytest.raises(wf.UsageError, match=r"^retention \(.*pyproject.toml.*\): " + said):
+            retention_setting()
+    if isinstance(endless, str):
+        monkeypatch.setenv("WF_RETENTION", endless)
+        with pytest.raises(wf.UsageError, match=r"^retention \(WF_RETENTION.*\): " + said):
+            retention_setting()
+
+
+def test_a_huge_but_finite_retention_and_minus_zero_read_as_they_are() -> None:
+    assert wf.workflow(retention=1e308)(plain.fn).retention == 1e308
+    with pytest.raises(wf.UsageError, match=r"^retention: 0 would delete"):
+        wf.workflow(retention=-0.0)(plain.fn)
 
 
 @wf.workflow(group="lane", retention="1d")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ def parse_duration(text: str, *, what: str = "duration") -> float:
         value = float(number)
     except ValueError:
         value = -1.0
-    if not number or value < 0 or value != value or value == float("inf"):
-        raise UsageError(f"{what} must be a duration like 90, 90s, 5m, 2h or 1d, not {text!r}")
-    return value * _UNITS[unit]
+    seconds = value * _UNITS[unit]  # 1e308d: past a float's range, infinite
+    if not number or not seconds >= 0 or seconds == math.inf:  # NaN compares false
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise UsageError(f"{what} must be a duration like 90, 90s, 5m, 2h or 1d, not {shown!r}")
+    return seconds or 0.0  # -0 is 0

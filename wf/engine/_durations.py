@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from typing import Any
 
@@ -16,37 +17,64 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 def parse_duration(value: str | float | int | dt.timedelta, *, what: str = "duration") -> float:
     """Seconds of ``value``: a number (seconds), a ``timedelta``, or text like ``30d``.
 
-    Raises ``UsageError`` naming ``what`` for anything else, or a negative value.
+    Raises ``UsageError`` naming ``what`` for anything else, a negative value, or one that is
+    no finite number of seconds (NaN, infinity, an int or digits past a float's range).
     """
+    return _checked(value, _seconds(value, what), what, "")
+
+
+def _seconds(value: object, what: str) -> float:
+    """Seconds of ``value`` as it is written, not yet checked (NaN and infinity pass)."""
     if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, bool):
+        return value.total_seconds()
+    if isinstance(value, bool):
         raise UsageError(f"{what}: expected a duration, got {value!r}")
-    elif isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
+    if isinstance(value, int | float):
+        try:
+            return float(value)
+        except OverflowError:  # an int past a float's range
+            return math.inf if value > 0 else -math.inf
+    if isinstance(value, str):
         match = _DURATION.match(value.lower())
         if match is None:
             raise UsageError(
-                f"{what}: {value!r} is not a duration (write 90, 90s, 5m, 2h, 1d or 2w)"
+                f"{what}: {value[:60]!r} is not a duration (write 90, 90s, 5m, 2h, 1d or 2w)"
             )
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    else:
-        raise UsageError(f"{what}: expected a duration, got {type(value).__name__}")
-    if seconds < 0 or seconds != seconds:
-        raise UsageError(f"{what}: a duration cannot be negative ({value!r})")
-    return seconds
+        return float(match.group(1)) * _UNITS[match.group(2)]  # inf past a float's range
+    raise UsageError(f"{what}: expected a duration, got {type(value).__name__}")
+
+
+def _checked(value: object, seconds: float, what: str, forever: str) -> float:
+    """``seconds`` if finite and not negative (``-0.0`` read as 0), else a ``UsageError``;
+    ``forever``: how keeping forever is spelled where infinity means it to a reader."""
+    if not math.isfinite(seconds):
+        raise UsageError(f"{what}: {_shown(value)} is not a finite duration{forever}")
+    if seconds < 0:
+        raise UsageError(f"{what}: a duration cannot be negative ({_shown(value)})")
+    return seconds or 0.0
+
+
+def _shown(value: object) -> str:
+    """``value`` as written, cut short (a string of 400 digits is not echoed whole)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 MIN_RETENTION = 1.0
 """The shortest retention taken, in seconds: a shorter one deletes runs as they end."""
+
+_FOREVER = (
+    " (give one like '30d'; to keep runs forever leave the store-wide retention unset, or "
+    "give a workflow retention=None)"
+)
+"""How keeping forever is spelled, said to whoever gives an infinite retention."""
 
 
 def parse_retention(value: str | float | int | dt.timedelta, *, what: str = "retention") -> float:
     """Seconds of a retention, as ``parse_duration``; under one second (zero included) is
     refused with a ``UsageError``: it would delete every run's result as it ends, before
     anyone could read it."""
-    seconds = parse_duration(value, what=what)
+    seconds = _checked(value, _seconds(value, what), what, _FOREVER)
     if seconds < MIN_RETENTION:
         given = "0" if seconds == 0 else f"{seconds:g} s"
         raise UsageError(
