@@ -363,3 +363,106 @@ async def test_a_stream_listing_that_refuses_keeps_its_run_from_ending_never(
         f"wf:streams:{run.id}",
         "a key of the wrong type",
     )
+
+
+def _cut_data(store: Store, run_id: str) -> None:
+    """``out``'s name file not UTF-8 and its data file emptied: neither its name nor a chunk
+    can be read (its index still says two)."""
+    assert isinstance(store, LocalStore)
+    base = os.path.join(store.run_location(run_id), stream_key("out"))
+    Path(base + ".name").write_bytes(b"\xff\xfe")
+    os.truncate(base + ".data", 0)
+
+
+async def test_a_stream_whose_name_and_data_are_both_damaged_is_named_as_damaged(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    """Not "the run has no stream 'out'": its files are there, named by the name's key, and
+    damaged. Asked by its name, before and after its run ends; left open at run end (a close
+    would take its index's word back and hide the damage)."""
+    run = await wf.start(writes_then_sleeps)
+    await wf_engine.quiet()  # suspended in its sleep, a's chunks stored, the stream open
+    _cut_data(engine_store, run.id)
+    base = os.path.join(engine_store.run_location(run.id), stream_key("out"))
+    said = rf"no readable stream 'out': {base}.*not UTF-8"
+    with pytest.raises(wf.StoreCorrupted, match=said):
+        await _chunks(wf.admin.follow_stream(engine_store, run.id, "out", follow=False))
+    await wf_engine.settle()
+    assert await asyncio.wait_for(run.result(), 10) == [0, 1]
+    with pytest.raises(wf.StoreCorrupted, match=said):
+        await _chunks(run.read_stream("out"))
+    assert not os.path.exists(base + ".closed")
+    assert os.path.getsize(base + ".idx") == 16  # its index as the damage left it
+
+
+@wf.step
+async def write_one() -> int:
+    async with wf.stream_writer("out") as out:
+        return await out.write("x")
+
+
+@wf.workflow
+async def writes_one_then_sleeps() -> int:
+    index = await write_one()
+    await wf.sleep(86400)
+    return index
+
+
+def _unstore(store: Store, run_id: str, how: str) -> None:
+    """Take ``out`` out of the store as a crash between journaling its first chunk and storing
+    it leaves it: on the local store, files opened and no chunk in them, their name file's
+    entry lost to a power cut (``files without a name``), or no file at all."""
+    if isinstance(store, LocalStore):
+        base = os.path.join(store.run_location(run_id), stream_key("out"))
+        os.remove(base + ".name")
+        if how == "no file":
+            os.remove(base + ".data")
+            os.remove(base + ".idx")
+        else:
+            os.truncate(base + ".data", 0)
+            os.truncate(base + ".idx", 0)
+        return
+    from wf.store.memory import MemoryStore
+
+    if isinstance(store, MemoryStore):
+        del store._runs[run_id].streams["out"]
+        return
+    from wf.store.postgres import PostgresStore
+
+    if isinstance(store, PostgresStore):
+        import psycopg
+
+        with psycopg.connect(store.dsn, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {store.schema}.wf_stream_chunks WHERE run_id = %s", [run_id])
+        return
+    import redis
+
+    from wf.store.redis import RedisStore
+
+    assert isinstance(store, RedisStore)
+    client = redis.Redis.from_url(store.url)
+    try:
+        client.hdel(f"{store.prefix}sn:{run_id}", "out")
+        client.delete(f"{store.prefix}sc:{run_id}:out")
+    finally:
+        client.close()
+
+
+@pytest.mark.stores("memory", "local", "postgres", "redis")
+@pytest.mark.parametrize("how", ["no file", "files without a name"])
+async def test_a_stream_no_chunk_of_which_was_stored_reads_empty_and_closed_at_run_end(
+    wf_engine: TestEngine, engine_store: Store, how: str
+) -> None:
+    """The run's journal says it wrote ``out``; the store has none of it (the process died
+    between the two). Run end closes it as it closes every stream the run wrote: an empty
+    stream, closed, not "the run has no stream 'out'" (nor one its followers wait on)."""
+    if how == "files without a name" and not isinstance(engine_store, LocalStore):
+        pytest.skip("a local store's files")
+    run = await wf.start(writes_one_then_sleeps)
+    await wf_engine.quiet()
+    _unstore(engine_store, run.id, how)
+    await wf_engine.settle()
+    assert await asyncio.wait_for(run.result(), 10) == 0
+    assert await _chunks(run.read_stream("out")) == []
+    assert await engine_store.list_streams(run.id) == {"out": (0, True)}
+    assert await _chunks(wf.admin.follow_stream(engine_store, run.id, "out")) == []

@@ -30,7 +30,7 @@ from wf.engine._errors import public_fields, rebuild_error
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send as _instrument_send
 from wf.store import Event, RunRecord, RunStatus, Store, collect_faults
-from wf.store._faults import named_place
+from wf.store._faults import Fault, named_place
 from wf.store._limits import check_name
 
 if TYPE_CHECKING:
@@ -360,12 +360,14 @@ async def find_stream(
     store finds a stream's chunk files by its name's key, so one whose only damage is its name
     file is read as ``name`` all the same. Asked then, the store's ``stream_info`` says:
     chunks or a close are the stream; ``(0, False)``, read from the stream's own files, means
-    the run has no stream ``name`` (the damage is another's); ``StoreCorrupted`` (its own
-    files are damaged, or a store that cannot read one stream apart) leaves it unreadable, for
-    that reason. A healthy stream costs the listing alone, as before."""
+    the run has no stream ``name`` when the damage is another's, and that this one is damaged
+    past reading when the listing named it (``Store.stream_fault``: its name file and its
+    chunk files both damaged); ``StoreCorrupted`` (its own files are damaged, or a store that
+    cannot read one stream apart) leaves it unreadable, for that reason. A healthy stream
+    costs the listing alone, as before."""
     with collect_faults() as faults:
         streams = await store.list_streams(run_id)
-    damaged = [f.reason if f.where in f.reason else f"{f.where}: {f.reason}" for f in faults]
+    damaged = [_said(fault) for fault in faults]
     if name in streams or not damaged:
         return name in streams, streams, damaged
     try:
@@ -374,7 +376,13 @@ async def find_stream(
         return False, streams, [" ".join(str(error).split())]
     if count or closed:
         return True, streams, damaged
-    return False, streams, []
+    item = store.stream_fault(run_id, name)[0]
+    return False, streams, [_said(f) for f in faults if f.kind == "stream" and f.item == item]
+
+
+def _said(fault: Fault) -> str:
+    """A damaged stream's fault as a reader is told it: its place, then what is wrong."""
+    return fault.reason if fault.where in fault.reason else f"{fault.where}: {fault.reason}"
 
 
 def stream_not_found(

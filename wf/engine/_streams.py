@@ -29,7 +29,7 @@ from wf.engine._context import RunContext, StepContext
 from wf.engine._features import Feature
 from wf.engine._step import current_step
 from wf.store import Event, RunRecord
-from wf.store._faults import named_place
+from wf.store._faults import collect_faults, named_place
 from wf.store._limits import check_segment
 
 DEFAULT_STREAM = "default"
@@ -334,28 +334,46 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
         return  # the run never wrote a stream: nothing to list or close
     store = ctx.engine.store
     try:
-        listed = await store.list_streams(ctx.run_id)
+        with collect_faults() as found:
+            listed = await store.list_streams(ctx.run_id)
     except StoreCorrupted as error:
         # No store's listing refuses as damaged today (each leaves a damaged stream out and
         # names it); one that did must not keep the run from ending: the streams its journal
         # wrote are still closed by name, below.
         where = named_place(error, store.run_location(ctx.run_id))
         store.faults.note("streams", ctx.run_id, where, error)
-        listed = {}
+        listed, found = {}, []
+    for fault in found:  # said as the listing says them outside the collecting
+        store.faults.note(
+            fault.kind,
+            fault.item,
+            fault.where,
+            fault.reason,
+            failed=fault.failed,
+            again=fault.again,
+        )
+    damaged = {fault.item for fault in found if fault.kind == "stream"}
     for name, (count, closed) in listed.items():
         if not closed:
             await _close_at_run_end(ctx, name, count)
     # A stream the listing left out as damaged may still be found by its name (on the local
     # store, one whose only damage is its name file: its chunk files are named by its key),
     # and its followers wait for its close: the journal names every stream the run wrote.
-    # A healthy run's are all listed, so this asks nothing more of the store.
+    # So does a stream none of whose chunks reached the store (the process died between
+    # journaling its first write and storing it): closed empty, as every store keeps a stream
+    # closed with no chunk, not left "not found" to its readers. A healthy run's are all
+    # listed, so this asks nothing more of the store.
     for name in sorted({stream for (_, stream, _) in state.writes} - listed.keys()):
         try:
             count, closed = await store.stream_info(ctx.run_id, name)
         except StoreCorrupted:
             continue  # its chunk files are damaged (the listing noted it): none to close by
-        if count and not closed:
-            await _close_at_run_end(ctx, name, count)
+        if closed or (not count and store.stream_fault(ctx.run_id, name)[0] in damaged):
+            # No chunk of it reads and the listing named it damaged (its name file, and its
+            # data): left as it is, its readers told of the damage (a close would repair its
+            # index to its data, and hide it).
+            continue
+        await _close_at_run_end(ctx, name, count)
 
 
 async def _close_at_run_end(ctx: RunContext, name: str, count: int) -> None:
