@@ -120,6 +120,11 @@ class StopSignals:
         self._asked.set()
         self._answered.set()
 
+    def asked(self) -> bool:
+        """Whether a first signal came (said to code that blocks the loop for a bounded
+        while, which the loop's own ``stop`` cannot reach until it returns)."""
+        return self._first is not None
+
     def __call__(self, signum: int, frame: FrameType | None) -> None:
         """The Python signal handler (the main thread, between two bytecodes)."""
         sig = signal.Signals(signum)

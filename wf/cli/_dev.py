@@ -111,11 +111,37 @@ def dev_command(
     from wf._config import store_dir
 
     options.store_path = store_dir().resolve()
+    options.import_wait = _import_wait()
     sink, close = _renderer(plain)
     try:
-        asyncio.run(_serve(store, options, sink))
+        restart = asyncio.run(_serve(store, options, sink))
     finally:
         close()
+    if restart:
+        # An import never returned and holds its module's lock in this process: wf dev starts
+        # again as it was started (its runs resume from their journals).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def _import_wait() -> float:
+    """``WF_DEV_IMPORT_WAIT``: seconds an import may take before it is given up as stuck."""
+    import math
+
+    from wf._exceptions import UsageError
+    from wf.dev._modules import IMPORT_WAIT
+
+    raw = os.environ.get("WF_DEV_IMPORT_WAIT", "").strip()
+    if not raw:
+        return IMPORT_WAIT
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"WF_DEV_IMPORT_WAIT must be a number of seconds above 0, not {raw!r}")
+    return seconds
 
 
 def _options(
@@ -182,7 +208,8 @@ def _renderer(plain: bool) -> tuple[Sink, Any]:
     return live, live.close
 
 
-async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
+async def _serve(store: Any, options: DevOptions, sink: Sink) -> bool:
+    """Run the loop until it stops; whether it stopped to start ``wf dev`` again."""
     from wf.dev import DevLoop
 
     try:
@@ -193,7 +220,8 @@ async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
         if keys is not None:
             keys.start({"r": loop.restart_steps})
         try:
-            with _stop_signals(loop):
+            with _stop_signals(loop) as signals:
+                loop.stop_asked = signals.asked
                 await loop.run()
         finally:
             if keys is not None:
@@ -202,13 +230,17 @@ async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
                 asyncio.get_running_loop().remove_signal_handler(restart)
     finally:
         await store.close()
-    if loop.cut_short:
+    if loop.restart:
+        return True
+    if loop.cut_short or loop.modules.stuck is not None:
         # A sync step cut short runs on in its thread, which asyncio.run would wait for at
-        # exit: "wf dev stopped" is said, the store is closed, so end the process now (the
-        # step's run resumes from its journal, as after a crash).
+        # exit, and so may an import given up (holding the import system's locks): "wf dev
+        # stopped" is said, the store is closed, so end the process now (the step's run
+        # resumes from its journal, as after a crash).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+    return False
 
 
 def _signal_hint() -> str | None:

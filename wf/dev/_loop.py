@@ -20,7 +20,7 @@ import dataclasses
 import importlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from wf.dev._events import (
     Stopped,
     Stopping,
 )
-from wf.dev._modules import ProjectModules
+from wf.dev._modules import IMPORT_WAIT, ProjectModules
 from wf.dev._replay import check_in_flight
 from wf.dev._serving import DevEngine, WorkerHost
 from wf.dev._watch import Change, ChangeKind, Watcher, choose_polling
@@ -72,6 +72,8 @@ class DevOptions:
     step_ms: int | None = None
     restart_hint: str | None = None
     """How the user restarts the steps a reload waits for (``press r``), shown meanwhile."""
+    import_wait: float = IMPORT_WAIT
+    """Seconds an import may take before it is said to be stuck and given up."""
 
 
 class DevLoop:
@@ -86,7 +88,17 @@ class DevLoop:
         # A runner given as a file outside the project is project code all the same: its
         # directory counts, or its module would never be purged, hence never reloaded.
         runner_dirs = [Path(m).resolve().parent for m in options.modules if m.endswith(".py")]
-        self.modules = ProjectModules([self.root, *self.roots, *runner_dirs], options.modules)
+        self._stop = asyncio.Event()
+        self.stop_asked: Callable[[], bool] = lambda: False
+        """Whether a stop signal came, which the loop has not seen yet: said by the signal
+        handler (the CLI sets it), so that an import the loop waits for is waited for no
+        longer."""
+        self.modules = ProjectModules(
+            [self.root, *self.roots, *runner_dirs],
+            options.modules,
+            import_wait=options.import_wait,
+            stop_asked=lambda: self._stop.is_set() or self.stop_asked(),
+        )
         self.checker = Checker(self.root)
         self.engine = DevEngine(store, self.emit)
         self.host = WorkerHost(
@@ -99,8 +111,10 @@ class DevLoop:
         self._run_failed = False
         """The last ``--run`` could not start (its module missing, say): the next change that
         reloads nothing tries it again."""
-        self._stop = asyncio.Event()
         self._stop_reason = "stopped"
+        self.restart = False
+        """The loop stopped for ``wf dev`` to start again (an import never returned): the CLI
+        executes it afresh, with the same arguments."""
         self.cut_short: list[str] = []
         """Runs whose step was cut short when the loop stopped (a sync step's thread may still
         be running: the process then exits without waiting for it)."""
@@ -199,6 +213,14 @@ class DevLoop:
 
     async def _on_change(self, changes: Sequence[Change]) -> None:
         paths = [c.path for c in changes]
+        stuck = self.modules.stuck
+        if stuck is not None:
+            # An import given up still holds its module's import lock: no import of it can
+            # succeed in this process. Runs are durable: a new wf dev resumes them.
+            self.emit(ChangeSeen([self.modules.display(p) for p in paths], []))
+            self.restart = True
+            self.stop(f"restarting wf dev: an import never returned ({stuck})")
+            return
         affected = self.modules.affected(paths)
         self.emit(
             ChangeSeen(
@@ -237,7 +259,10 @@ class DevLoop:
         timings["import"] = outcome.took
         if not outcome.ok:
             self.emit(ImportFailed(outcome.error or "import failed", initial=False))
-            self.emit(Kept(self.generation, "the new code does not import"))
+            if outcome.stuck:
+                self.emit(Kept(self.generation, "the new code's import never returned"))
+            else:
+                self.emit(Kept(self.generation, "the new code does not import"))
             return
 
         drained = await self.host.drain()
@@ -309,6 +334,15 @@ class DevLoop:
     async def _start_requested_run(self) -> None:
         target = self.options.run
         if target is None:
+            return
+        if self.modules.stuck is not None:
+            # Its import would wait on the module lock the import given up holds, on the loop.
+            self._run_failed = True
+            self.emit(
+                RunRequested(
+                    target, None, f"not started: an import never returned ({self.modules.stuck})"
+                )
+            )
             return
         from wf.admin._start import run_request, start_run, workflow_at
 

@@ -11,6 +11,14 @@ in short:
 * the import system computes the dependency order itself, import cycles included;
 * an import that fails halfway can be rolled back completely: the old module objects (and the
   workflows they declared) are put back, and the previous code keeps serving.
+
+The import runs in a thread of its own while the loop's thread waits for it, for at most
+``import_wait`` seconds (and not past a stop signal): no workflow code runs meanwhile, as
+before, but an import that never returns (``time.sleep`` or ``while True`` at module level)
+cannot keep ``wf dev`` from its signals and its watching. Such an import is given up: the
+serving code is put back and stays (again when the thread ever returns), and ``stuck`` says
+where the import hangs. Its thread holds the module's import lock for good, so this process
+cannot import that module again: the loop restarts ``wf dev`` itself on the next change.
 """
 
 from __future__ import annotations
@@ -24,10 +32,11 @@ import os
 import site
 import sys
 import sysconfig
+import threading
 import time
 import traceback
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,17 +62,52 @@ class ReloadOutcome:
     """... and the workflows they declared."""
     _purged: set[str] = dataclasses.field(default_factory=set, repr=False)
     """... and the names of the modules they replace."""
+    stuck: bool = False
+    """The import did not return within the wait: given up, its thread still in it."""
+
+
+IMPORT_WAIT = 10.0
+"""Seconds an import (the first load, a reload's) may take before it is said to be stuck and
+given up (``WF_DEV_IMPORT_WAIT``)."""
+
+
+class _Stuck(Exception):
+    """An import still running after the wait (or at a stop signal), where it was."""
+
+    def __init__(self, where: str, waited: float) -> None:
+        super().__init__(where)
+        self.where = where
+        self.waited = waited
 
 
 class ProjectModules:
     """The project's modules (files under its roots, outside virtualenvs) and the runner
     modules, with transactional reloads."""
 
-    def __init__(self, roots: Sequence[Path], runner_specs: Sequence[str]) -> None:
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        runner_specs: Sequence[str],
+        *,
+        import_wait: float = IMPORT_WAIT,
+        stop_asked: Callable[[], bool] = lambda: False,
+    ) -> None:
         self.roots = [Path(r).resolve() for r in roots]
         self.runner_specs = list(runner_specs)
         self.runners = [runner_name(spec) for spec in self.runner_specs]
         self._excluded = _library_dirs(self.roots)
+        self.import_wait = import_wait
+        self.stop_asked = stop_asked
+        """Whether a stop signal came: an import is waited for no longer then."""
+        self._stuck: tuple[threading.Thread, str] | None = None
+
+    @property
+    def stuck(self) -> str | None:
+        """Where an import given up still hangs (``path:line``), while its thread runs; the
+        module it imports cannot be imported again in this process (its lock is held)."""
+        if self._stuck is None or not self._stuck[0].is_alive():
+            return None
+        return self._stuck[1]
 
     # -- what belongs to the project --------------------------------------------------------
 
@@ -142,8 +186,13 @@ class ProjectModules:
     def load(self) -> ReloadOutcome:
         """Import the runner modules (the first time)."""
         began = time.perf_counter()
+        registry = dict(_workflow._registry)
         try:
-            _import_all(self.runners)
+            self._import(self.runners, {}, registry)
+        except _Stuck as stuck:
+            self._serve({}, registry)  # none of it serves (a module half run least of all)
+            took = time.perf_counter() - began
+            return ReloadOutcome(False, [], took, self._said_stuck(stuck), stuck=True)
         except BaseException as exc:
             if _interrupted(exc):
                 raise
@@ -166,7 +215,9 @@ class ProjectModules:
 
         This is how a reload finds out that the new code does not import (a syntax error, an
         ``ImportError``, a ``NameError`` at import, a runner module gone) *before* it stops
-        anything. It runs synchronously on the event loop, so no workflow code runs meanwhile.
+        anything. The event loop's thread waits for the import (run in a thread of its own,
+        for at most ``import_wait`` seconds), so no workflow code runs meanwhile; an import
+        given up is an outcome with ``stuck`` set, the serving code untouched.
         """
         began = time.perf_counter()
         for path in changed:
@@ -185,24 +236,24 @@ class ProjectModules:
                 del _workflow._registry[key]
         importlib.invalidate_caches()
         error: str | None = None
+        stuck = False
         try:
-            _import_all(order)
+            self._import(order, old, registry)
+        except _Stuck as given_up:
+            error, stuck = self._said_stuck(given_up), True
         except BaseException as exc:
             if _interrupted(exc):
+                self._serve(old, registry)
                 raise
             error = self.describe(exc)
         # Every project module was purged above: those loaded now are the new code's.
         fresh = self.loaded()
         new_flows = {k: w for k, w in _workflow._registry.items() if w.fn.__module__ in fresh}
         # Back to the serving code, whatever happened.
-        for name in fresh:
-            del sys.modules[name]
-        sys.modules.update(old)
-        _workflow._registry.clear()
-        _workflow._registry.update(registry)
+        self._serve(old, registry)
         took = time.perf_counter() - began
         if error is not None:
-            return ReloadOutcome(False, [], took, error, dropped)
+            return ReloadOutcome(False, [], took, error, dropped, stuck=stuck)
         return ReloadOutcome(
             True, order, took, None, dropped, _fresh=fresh, _declared=new_flows, _purged=set(old)
         )
@@ -223,6 +274,72 @@ class ProjectModules:
         sys.modules.update(prepared._fresh)
         _workflow._registry.update(prepared._declared)
         linecache.checkcache()  # divergence messages and tracebacks show the new lines
+
+    def _serve(self, old: dict[str, types.ModuleType], registry: dict[str, Any]) -> None:
+        """Put the serving code back: the modules ``old`` (the project's others dropped from
+        ``sys.modules``) and the workflow registry ``registry``."""
+        for name in self.loaded():
+            if old.get(name) is not sys.modules.get(name):
+                sys.modules.pop(name, None)
+        sys.modules.update(old)
+        _workflow._registry.clear()
+        _workflow._registry.update(registry)
+
+    def _import(
+        self, names: Sequence[str], old: dict[str, types.ModuleType], registry: dict[str, Any]
+    ) -> None:
+        """Import ``names`` in a thread, waiting for it on this one (so that no other code runs
+        meanwhile) for at most ``import_wait`` seconds and not past a stop signal; raises what
+        the import raised, or ``_Stuck``. A thread given up puts the serving code (``old``,
+        ``registry``) back if it ever returns: what it imported late never serves."""
+        failed: list[BaseException] = []
+        lock = threading.Lock()
+        ended, given_up = threading.Event(), threading.Event()
+
+        def run() -> None:
+            try:
+                _import_all(names)
+            except BaseException as exc:
+                failed.append(exc)
+            with lock:
+                ended.set()
+                if given_up.is_set():
+                    self._serve(old, registry)
+
+        thread = threading.Thread(target=run, name="wf-dev-import", daemon=True)
+        began = time.monotonic()
+        thread.start()
+        while not ended.is_set():
+            waited = time.monotonic() - began
+            if waited >= self.import_wait or self.stop_asked():
+                with lock:
+                    if not ended.is_set():
+                        given_up.set()
+                        self._stuck = (thread, self._where(thread))
+                        raise _Stuck(self._stuck[1], waited)
+                break  # it returned as it was given up: taken as returned
+            ended.wait(min(0.05, max(0.001, self.import_wait - waited)))
+        if failed:
+            raise failed[0]
+
+    def _where(self, thread: threading.Thread) -> str:
+        """Where ``thread`` is in the project's code (``path:line``), else in which file."""
+        frame = sys._current_frames().get(thread.ident or 0)
+        found: str | None = None
+        while frame is not None:
+            if found is None and self.owns_file(frame.f_code.co_filename):
+                found = f"{self.display(frame.f_code.co_filename)}:{frame.f_lineno}"
+            frame = frame.f_back
+        return found or "an import outside the project's code"
+
+    def _said_stuck(self, stuck: _Stuck) -> str:
+        if self.stop_asked():
+            return f"{stuck.where}: the import was still running at the stop signal: given up"
+        return (
+            f"{stuck.where}: the import has not returned after {stuck.waited:.0f} s (code at "
+            "module level that blocks?); given up, the previous code keeps serving, and wf dev "
+            "restarts itself on the next change to import the code afresh"
+        )
 
     def describe(self, exc: BaseException) -> str:
         """An import error in one line, located in the project's code where possible."""
