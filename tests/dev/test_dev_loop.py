@@ -594,6 +594,30 @@ def test_an_import_that_never_returns_at_start_is_named_and_fixed_by_an_edit(
     assert dev.stop() == 0
 
 
+@pytest.mark.parametrize("wait", ["soon", "0", "-1", "nan", "inf"])
+def test_an_import_wait_that_is_no_number_of_seconds_is_bad_input(
+    project: DevProject, wait: str
+) -> None:
+    import subprocess
+    import sys
+
+    project.write("flows.py", GREET)
+    done = subprocess.run(
+        [sys.executable, "-m", "wf", "dev", "flows.py"],
+        cwd=project.root,
+        env={**project.env, "WF_DEV_IMPORT_WAIT": wait},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    assert done.stderr == (
+        f"error: WF_DEV_IMPORT_WAIT must be a number of seconds above 0, not {wait!r}\n"
+    )
+    assert not project.store_dir.exists()
+
+
 def test_with_no_modules_the_run_target_is_tried_again_once_its_file_exists(
     project: DevProject,
 ) -> None:

@@ -107,11 +107,11 @@ def dev_command(
     from wf.admin._engines import require_otel
 
     require_otel()  # WF_OTEL=1 without OpenTelemetry: every drive would fail on it
+    options.import_wait = _import_wait()  # bad input, before the store is opened
     store = open_store()
     from wf._config import store_dir
 
     options.store_path = store_dir().resolve()
-    options.import_wait = _import_wait()
     sink, close = _renderer(plain)
     try:
         restart = asyncio.run(_serve(store, options, sink))
