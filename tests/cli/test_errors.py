@@ -156,6 +156,20 @@ def test_a_worker_setting_out_of_range_is_refused_not_waited_on(
     assert result.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("command", ["worker", "serve", "dev"])
+@pytest.mark.parametrize("grace", ["nan", "inf"])
+def test_a_grace_that_is_no_finite_number_of_seconds_is_refused(
+    project: Project, command: str, grace: str
+) -> None:
+    """Click's range lets NaN and infinity through: a drain would wait on a NaN timeout."""
+    result = project.wf(command, "--grace", grace, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(
+        f"error: Invalid value for '--grace': {float(grace)!r} is not a finite number of seconds"
+    ), result.stderr
+    assert result.stderr.count("\n") == 1
+
+
 def test_a_file_named_like_a_package_that_imports_but_lacks_its_names_is_named(
     project: Project,
 ) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from wf.cli._errors import EXIT_INTERRUPTED, guarded
+from wf.cli._stopping import finite_seconds
 
 if TYPE_CHECKING:
     from wf._interrupts import StopSignals
@@ -73,6 +74,7 @@ def dev_command(
         typer.Option(
             "--grace",
             min=0.0,
+            callback=finite_seconds,
             metavar="SECONDS",
             help="How long running steps may take to finish before a reload [default: 30].",
             show_default=False,

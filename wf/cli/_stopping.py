@@ -3,6 +3,7 @@ running steps on SIGTERM, and leaving at once when a stopped worker left somethi
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import TYPE_CHECKING, Annotated
@@ -12,11 +13,21 @@ import typer
 if TYPE_CHECKING:
     from wf import Worker
 
+
+def finite_seconds(value: float | None) -> float | None:
+    """A seconds option's value, refused when it is NaN or infinite (Click's range lets them
+    through: a drain would wait on a NaN timeout)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value!r} is not a finite number of seconds")
+    return value
+
+
 GraceOption = Annotated[
     float,
     typer.Option(
         "--grace",
         min=0.0,
+        callback=finite_seconds,
         metavar="SECONDS",
         help="On SIGTERM, let running steps finish for this long; then they are abandoned "
         "(they run again when their run resumes) and the worker says which.",
