@@ -10,6 +10,7 @@ import shlex
 import signal
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -335,6 +336,67 @@ def test_a_failed_reload_puts_the_old_code_back(package: tuple[Path, str]) -> No
     assert {m: sys.modules[m] for m in before} == before
     assert registered(f"{name}.flows:say") is say
     assert registered(f"{name}.flows:doomed") is not None
+
+
+def test_a_reload_whose_import_never_returns_is_given_up_with_the_old_code_serving(
+    package: tuple[Path, str],
+) -> None:
+    """The import runs in a thread waited for ``import_wait`` seconds: given up, it names
+    the line it hangs on, and the serving modules and workflows are back, also once the
+    thread ends after all (what it imported late never serves)."""
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"], import_wait=0.2)
+    assert modules.load().ok
+    before = {m: sys.modules[m] for m in (name, f"{name}.util", f"{name}.flows")}
+    say = registered(f"{name}.flows:say")
+    gate = folder / "gate"
+    write(
+        folder / "util.py",
+        f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
+        "def word() -> str:\n    return 'two'\n",
+    )
+    outcome = modules.reload([folder / "util.py"])
+    assert (outcome.ok, outcome.stuck) == (False, True)
+    assert outcome.error is not None
+    assert outcome.error.startswith(f"{name}/util.py:2: the import has not returned after 0 s")
+    assert modules.stuck == f"{name}/util.py:2"
+    assert {m: sys.modules[m] for m in before} == before
+    assert registered(f"{name}.flows:say") is say
+    gate.touch()  # it returns after all: taken back, not served
+    for _ in range(500):
+        if modules.stuck is None:
+            break
+        time.sleep(0.01)
+    assert modules.stuck is None
+    assert {m: sys.modules[m] for m in before} == before
+    assert registered(f"{name}.flows:say") is say
+
+
+def test_a_module_imported_in_its_thread_sees_the_loop_and_the_context(
+    package: tuple[Path, str],
+) -> None:
+    """As it did when imported on the loop's own thread: ``asyncio.get_event_loop()`` and
+    the context variables (the engine in use) at module level."""
+    import contextvars
+    import importlib
+
+    folder, name = package
+    mark: contextvars.ContextVar[str] = contextvars.ContextVar("mark", default="unset")
+    setattr(importlib.import_module(name), "mark", mark)  # noqa: B010
+    write(
+        folder / "util.py",
+        f"import asyncio, sys\nLOOP = asyncio.get_event_loop()\n"
+        f"MARK = sys.modules[{name!r}].mark.get()\ndef word() -> str:\n    return 'two'\n",
+    )
+
+    async def main() -> tuple[object, object]:
+        mark.set("set")
+        outcome = ProjectModules([Path.cwd()], [f"{name}.flows"]).load()
+        assert outcome.ok, outcome.error
+        util = sys.modules[f"{name}.util"]
+        return util.LOOP is asyncio.get_running_loop(), util.MARK
+
+    assert asyncio.run(main()) == (True, "set")
 
 
 def test_a_prepared_reload_serves_the_old_code_until_it_is_committed(

@@ -23,7 +23,9 @@ cannot import that module again: the loop restarts ``wf dev`` itself on the next
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import importlib
 import importlib.util
@@ -295,10 +297,19 @@ class ProjectModules:
         failed: list[BaseException] = []
         lock = threading.Lock()
         ended, given_up = threading.Event(), threading.Event()
+        # What the module's code sees as it would on this thread: the context (the engine in
+        # use: a module that starts a run as it is imported) and the event loop.
+        context = contextvars.copy_context()
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
 
         def run() -> None:
+            if loop is not None:
+                asyncio.set_event_loop(loop)
             try:
-                _import_all(names)
+                context.run(_import_all, names)
             except BaseException as exc:
                 failed.append(exc)
             with lock:
