@@ -341,42 +341,69 @@ def test_a_failed_reload_puts_the_old_code_back(package: tuple[Path, str]) -> No
 def test_a_reload_whose_import_never_returns_is_given_up_with_the_old_code_serving(
     package: tuple[Path, str],
 ) -> None:
-    """The import runs in a thread waited for ``import_wait`` seconds: given up, it names
-    the line it hangs on, and the serving modules and workflows are back, also once the
-    thread ends after all (what it imported late never serves)."""
+    """The import is interrupted after ``import_wait`` seconds: given up, it names the line
+    it hangs on, and the serving modules and workflows are back; nothing of it runs on, so a
+    workflow it would have declared later is never registered, and the next reload works."""
     folder, name = package
     modules = ProjectModules([Path.cwd()], [f"{name}.flows"], import_wait=0.2)
     assert modules.load().ok
     before = {m: sys.modules[m] for m in (name, f"{name}.util", f"{name}.flows")}
     say = registered(f"{name}.flows:say")
-    gate = folder / "gate"
+    flows = (folder / "flows.py").read_text()
     write(
-        folder / "util.py",
-        f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
-        "def word() -> str:\n    return 'two'\n",
+        folder / "flows.py",
+        f"""
+        import time
+        import wf
+        from {name}.util import word
+
+        time.sleep(0.6)
+
+        @wf.workflow
+        async def say() -> str:
+            return "late"
+        """,
     )
-    outcome = modules.reload([folder / "util.py"])
+    outcome = modules.reload([folder / "flows.py"])
     assert (outcome.ok, outcome.stuck) == (False, True)
     assert outcome.error is not None
-    assert outcome.error.startswith(f"{name}/util.py:2: the import has not returned after 0 s")
-    assert modules.stuck == f"{name}/util.py:2"
+    assert outcome.error.startswith(f"{name}/flows.py:5: the import has not returned after 0 s")
     assert {m: sys.modules[m] for m in before} == before
     assert registered(f"{name}.flows:say") is say
-    gate.touch()  # it returns after all: taken back, not served
-    for _ in range(500):
-        if modules.stuck is None:
-            break
-        time.sleep(0.01)
-    assert modules.stuck is None
+    time.sleep(0.8)  # past the import's own end, had it run on
     assert {m: sys.modules[m] for m in before} == before
     assert registered(f"{name}.flows:say") is say
+    write(folder / "flows.py", flows)
+    write(folder / "util.py", "def word() -> str:\n    return 'two'\n")
+    assert modules.reload([folder / "flows.py"]).ok  # no lock left held: imports again
+    assert sys.modules[f"{name}.util"].word() == "two"
 
 
-def test_a_module_imported_in_its_thread_sees_the_loop_and_the_context(
+def test_an_import_that_spins_is_given_up_and_the_wait_is_put_back(
     package: tuple[Path, str],
 ) -> None:
-    """As it did when imported on the loop's own thread: ``asyncio.get_event_loop()`` and
-    the context variables (the engine in use) at module level."""
+    """``while True`` swallowing ``Exception`` is interrupted too; the SIGALRM handler and
+    the interval timer are the ones from before the import."""
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"], import_wait=0.2)
+    assert modules.load().ok
+    write(
+        folder / "util.py",
+        "while True:\n    try:\n        pass\n    except Exception:\n        pass\n",
+    )
+    previous = signal.getsignal(signal.SIGALRM)
+    timer = signal.getitimer(signal.ITIMER_REAL)  # pytest-timeout's, maybe
+    outcome = modules.reload([folder / "util.py"])
+    assert outcome.stuck and outcome.error is not None
+    assert outcome.error.startswith(f"{name}/util.py:"), outcome.error
+    assert signal.getsignal(signal.SIGALRM) is previous
+    left, every = signal.getitimer(signal.ITIMER_REAL)
+    assert every == timer[1] and (left <= timer[0] - 0.2 if timer[0] else left == 0.0)
+
+
+def test_a_module_is_imported_on_the_loop_thread(package: tuple[Path, str]) -> None:
+    """As by ``wf worker``: module-level objects bound to the thread that made them (an
+    SQLite connection, ``threading.local``, the running event loop) serve the steps."""
     import contextvars
     import importlib
 
@@ -385,18 +412,28 @@ def test_a_module_imported_in_its_thread_sees_the_loop_and_the_context(
     setattr(importlib.import_module(name), "mark", mark)  # noqa: B010
     write(
         folder / "util.py",
-        f"import asyncio, sys\nLOOP = asyncio.get_event_loop()\n"
-        f"MARK = sys.modules[{name!r}].mark.get()\ndef word() -> str:\n    return 'two'\n",
+        f"""
+        import asyncio, signal, sqlite3, sys, threading
+        DB = sqlite3.connect(":memory:")
+        LOOP = asyncio.get_running_loop()
+        TASK = asyncio.get_running_loop().create_task(asyncio.sleep(0))
+        MAIN = threading.current_thread() is threading.main_thread()
+        signal.signal(signal.SIGUSR2, signal.getsignal(signal.SIGUSR2))
+        MARK = sys.modules[{name!r}].mark.get()
+        def word() -> str:
+            return str(DB.execute("select 'two'").fetchone()[0])
+        """,
     )
 
-    async def main() -> tuple[object, object]:
+    async def main() -> tuple[object, ...]:
         mark.set("set")
         outcome = ProjectModules([Path.cwd()], [f"{name}.flows"]).load()
         assert outcome.ok, outcome.error
         util = sys.modules[f"{name}.util"]
-        return util.LOOP is asyncio.get_running_loop(), util.MARK
+        await util.TASK
+        return util.LOOP is asyncio.get_running_loop(), util.MARK, util.MAIN, util.word()
 
-    assert asyncio.run(main()) == (True, "set")
+    assert asyncio.run(main()) == (True, "set", True, "two")
 
 
 def test_a_prepared_reload_serves_the_old_code_until_it_is_committed(

@@ -116,15 +116,9 @@ def dev_command(
     options.store_path = store_dir().resolve()
     sink, close = _renderer(plain)
     try:
-        restart = asyncio.run(_serve(store, options, sink))
+        asyncio.run(_serve(store, options, sink))
     finally:
         close()
-    if restart:
-        # An import never returned and holds its module's lock in this process: wf dev starts
-        # again as it was started (its runs resume from their journals).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 def _import_wait() -> float:
@@ -210,8 +204,7 @@ def _renderer(plain: bool) -> tuple[Sink, Any]:
     return live, live.close
 
 
-async def _serve(store: Any, options: DevOptions, sink: Sink) -> bool:
-    """Run the loop until it stops; whether it stopped to start ``wf dev`` again."""
+async def _serve(store: Any, options: DevOptions, sink: Sink) -> None:
     from wf.dev import DevLoop
 
     try:
@@ -232,17 +225,13 @@ async def _serve(store: Any, options: DevOptions, sink: Sink) -> bool:
                 asyncio.get_running_loop().remove_signal_handler(restart)
     finally:
         await store.close()
-    if loop.restart:
-        return True
-    if loop.cut_short or loop.modules.stuck is not None:
+    if loop.cut_short:
         # A sync step cut short runs on in its thread, which asyncio.run would wait for at
-        # exit, and so may an import given up (holding the import system's locks): "wf dev
-        # stopped" is said, the store is closed, so end the process now (the step's run
-        # resumes from its journal, as after a crash).
+        # exit: "wf dev stopped" is said, the store is closed, so end the process now (the
+        # step's run resumes from its journal, as after a crash).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
-    return False
 
 
 def _signal_hint() -> str | None:

@@ -112,9 +112,6 @@ class DevLoop:
         """The last ``--run`` could not start (its module missing, say): the next change that
         reloads nothing tries it again."""
         self._stop_reason = "stopped"
-        self.restart = False
-        """The loop stopped for ``wf dev`` to start again (an import never returned): the CLI
-        executes it afresh, with the same arguments."""
         self.cut_short: list[str] = []
         """Runs whose step was cut short when the loop stopped (a sync step's thread may still
         be running: the process then exits without waiting for it)."""
@@ -213,14 +210,6 @@ class DevLoop:
 
     async def _on_change(self, changes: Sequence[Change]) -> None:
         paths = [c.path for c in changes]
-        stuck = self.modules.stuck
-        if stuck is not None:
-            # An import given up still holds its module's import lock: no import of it can
-            # succeed in this process. Runs are durable: a new wf dev resumes them.
-            self.emit(ChangeSeen([self.modules.display(p) for p in paths], []))
-            self.restart = True
-            self.stop(f"restarting wf dev: an import never returned ({stuck})")
-            return
         affected = self.modules.affected(paths)
         self.emit(
             ChangeSeen(
@@ -260,7 +249,7 @@ class DevLoop:
         if not outcome.ok:
             self.emit(ImportFailed(outcome.error or "import failed", initial=False))
             if outcome.stuck:
-                self.emit(Kept(self.generation, "the new code's import never returned"))
+                self.emit(Kept(self.generation, "the new code's import did not return"))
             else:
                 self.emit(Kept(self.generation, "the new code does not import"))
             return
@@ -334,15 +323,6 @@ class DevLoop:
     async def _start_requested_run(self) -> None:
         target = self.options.run
         if target is None:
-            return
-        if self.modules.stuck is not None:
-            # Its import would wait on the module lock the import given up holds, on the loop.
-            self._run_failed = True
-            self.emit(
-                RunRequested(
-                    target, None, f"not started: an import never returned ({self.modules.stuck})"
-                )
-            )
             return
         from wf.admin._start import run_request, start_run, workflow_at
 

@@ -12,25 +12,23 @@ in short:
 * an import that fails halfway can be rolled back completely: the old module objects (and the
   workflows they declared) are put back, and the previous code keeps serving.
 
-The import runs in a thread of its own while the loop's thread waits for it, for at most
-``import_wait`` seconds (and not past a stop signal): no workflow code runs meanwhile, as
-before, but an import that never returns (``time.sleep`` or ``while True`` at module level)
-cannot keep ``wf dev`` from its signals and its watching. Such an import is given up: the
-serving code is put back and stays (again when the thread ever returns), and ``stuck`` says
-where the import hangs. Its thread holds the module's import lock for good, so this process
-cannot import that module again: the loop restarts ``wf dev`` itself on the next change.
+The import runs on the loop's thread (the main one), so no workflow code runs meanwhile and
+module-level objects bound to their thread serve the steps, for at most ``import_wait``
+seconds (and not past a stop signal): an import that never returns (``time.sleep``, a socket
+wait or ``while True`` at module level) is interrupted there and given up, the serving code is
+put back, and the outcome says where it hung. C code that never returns to Python cannot be
+interrupted so: only a second signal (or a kill) ends ``wf dev`` then.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import importlib
 import importlib.util
 import linecache
 import os
+import signal
 import site
 import sys
 import sysconfig
@@ -65,16 +63,20 @@ class ReloadOutcome:
     _purged: set[str] = dataclasses.field(default_factory=set, repr=False)
     """... and the names of the modules they replace."""
     stuck: bool = False
-    """The import did not return within the wait: given up, its thread still in it."""
+    """The import did not return within the wait (or by a stop signal): interrupted."""
 
+
+_LOOK_EVERY = 0.05
+"""Seconds between two looks at an import that runs (whether its wait ran out)."""
 
 IMPORT_WAIT = 10.0
 """Seconds an import (the first load, a reload's) may take before it is said to be stuck and
 given up (``WF_DEV_IMPORT_WAIT``)."""
 
 
-class _Stuck(Exception):
-    """An import still running after the wait (or at a stop signal), where it was."""
+class _Stuck(BaseException):
+    """Raised into an import still running after the wait (or at a stop signal), where it
+    was: a ``BaseException``, so that module code catching ``Exception`` lets it through."""
 
     def __init__(self, where: str, waited: float) -> None:
         super().__init__(where)
@@ -101,15 +103,6 @@ class ProjectModules:
         self.import_wait = import_wait
         self.stop_asked = stop_asked
         """Whether a stop signal came: an import is waited for no longer then."""
-        self._stuck: tuple[threading.Thread, str] | None = None
-
-    @property
-    def stuck(self) -> str | None:
-        """Where an import given up still hangs (``path:line``), while its thread runs; the
-        module it imports cannot be imported again in this process (its lock is held)."""
-        if self._stuck is None or not self._stuck[0].is_alive():
-            return None
-        return self._stuck[1]
 
     # -- what belongs to the project --------------------------------------------------------
 
@@ -190,7 +183,7 @@ class ProjectModules:
         began = time.perf_counter()
         registry = dict(_workflow._registry)
         try:
-            self._import(self.runners, {}, registry)
+            self._import(self.runners)
         except _Stuck as stuck:
             self._serve({}, registry)  # none of it serves (a module half run least of all)
             took = time.perf_counter() - began
@@ -217,9 +210,9 @@ class ProjectModules:
 
         This is how a reload finds out that the new code does not import (a syntax error, an
         ``ImportError``, a ``NameError`` at import, a runner module gone) *before* it stops
-        anything. The event loop's thread waits for the import (run in a thread of its own,
-        for at most ``import_wait`` seconds), so no workflow code runs meanwhile; an import
-        given up is an outcome with ``stuck`` set, the serving code untouched.
+        anything. It runs synchronously on the event loop, so no workflow code runs meanwhile,
+        for at most ``import_wait`` seconds: an import given up is interrupted, an outcome
+        with ``stuck`` set, the serving code untouched.
         """
         began = time.perf_counter()
         for path in changed:
@@ -240,7 +233,7 @@ class ProjectModules:
         error: str | None = None
         stuck = False
         try:
-            self._import(order, old, registry)
+            self._import(order)
         except _Stuck as given_up:
             error, stuck = self._said_stuck(given_up), True
         except BaseException as exc:
@@ -287,55 +280,52 @@ class ProjectModules:
         _workflow._registry.clear()
         _workflow._registry.update(registry)
 
-    def _import(
-        self, names: Sequence[str], old: dict[str, types.ModuleType], registry: dict[str, Any]
-    ) -> None:
-        """Import ``names`` in a thread, waiting for it on this one (so that no other code runs
-        meanwhile) for at most ``import_wait`` seconds and not past a stop signal; raises what
-        the import raised, or ``_Stuck``. A thread given up puts the serving code (``old``,
-        ``registry``) back if it ever returns: what it imported late never serves."""
-        failed: list[BaseException] = []
-        lock = threading.Lock()
-        ended, given_up = threading.Event(), threading.Event()
-        # What the module's code sees as it would on this thread: the context (the engine in
-        # use: a module that starts a run as it is imported) and the event loop.
-        context = contextvars.copy_context()
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-
-        def run() -> None:
-            if loop is not None:
-                asyncio.set_event_loop(loop)
-            try:
-                context.run(_import_all, names)
-            except BaseException as exc:
-                failed.append(exc)
-            with lock:
-                ended.set()
-                if given_up.is_set():
-                    self._serve(old, registry)
-
-        thread = threading.Thread(target=run, name="wf-dev-import", daemon=True)
+    def _import(self, names: Sequence[str]) -> None:
+        """Import ``names`` here, on the loop's thread (as ``wf worker`` does: module-level
+        objects bound to their thread, an SQLite connection or the running loop, serve the
+        steps), for at most ``import_wait`` seconds and not past a stop signal: a short
+        interval timer (SIGALRM) looks, and once the wait ran out raises ``_Stuck`` into the
+        import (a ``time.sleep``, a socket wait, a ``while True`` loop). The import system
+        then drops the module half run and releases its lock, so nothing of it runs on.
+        Raises what the import raised, or ``_Stuck``. Off the main thread, or without
+        ``setitimer``, the import is not bounded."""
+        if threading.current_thread() is not threading.main_thread() or not hasattr(
+            signal, "setitimer"
+        ):
+            _import_all(names)
+            return
         began = time.monotonic()
-        thread.start()
-        while not ended.is_set():
+        importing = True
+        own = sys._getframe()
+
+        def look(signum: int, frame: types.FrameType | None) -> None:
+            nonlocal importing
+            if not importing or frame is own:  # not in the import (or back out of it)
+                return
             waited = time.monotonic() - began
             if waited >= self.import_wait or self.stop_asked():
-                with lock:
-                    if not ended.is_set():
-                        given_up.set()
-                        self._stuck = (thread, self._where(thread))
-                        raise _Stuck(self._stuck[1], waited)
-                break  # it returned as it was given up: taken as returned
-            ended.wait(min(0.05, max(0.001, self.import_wait - waited)))
-        if failed:
-            raise failed[0]
+                importing = False  # raised once: the import system unwinds undisturbed
+                raise _Stuck(self._where(frame), waited)
 
-    def _where(self, thread: threading.Thread) -> str:
-        """Where ``thread`` is in the project's code (``path:line``), else in which file."""
-        frame = sys._current_frames().get(thread.ident or 0)
+        previous = signal.signal(signal.SIGALRM, look)
+        try:
+            timer = signal.setitimer(signal.ITIMER_REAL, _LOOK_EVERY, _LOOK_EVERY)
+            try:
+                try:
+                    _import_all(names)
+                finally:
+                    importing = False
+            finally:
+                # The timer set before (pytest-timeout's, say) goes on, less the time spent.
+                left, every = timer
+                if left > 0:
+                    left = max(left - (time.monotonic() - began), 1e-6)
+                signal.setitimer(signal.ITIMER_REAL, left, every)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+
+    def _where(self, frame: types.FrameType | None) -> str:
+        """Where the import is in the project's code (``path:line``), else in which file."""
         found: str | None = None
         while frame is not None:
             if found is None and self.owns_file(frame.f_code.co_filename):
@@ -348,8 +338,7 @@ class ProjectModules:
             return f"{stuck.where}: the import was still running at the stop signal: given up"
         return (
             f"{stuck.where}: the import has not returned after {stuck.waited:.0f} s (code at "
-            "module level that blocks?); given up, the previous code keeps serving, and wf dev "
-            "restarts itself on the next change to import the code afresh"
+            "module level that blocks?); given up, the previous code keeps serving"
         )
 
     def describe(self, exc: BaseException) -> str:
