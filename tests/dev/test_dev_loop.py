@@ -551,6 +551,24 @@ def test_an_import_that_never_returns_is_named_and_wf_dev_recovers_once_the_file
     assert "Traceback" not in "\n".join(dev.errors), dev.dump()
 
 
+def test_a_workflow_declared_after_a_slow_part_of_an_import_given_up_never_serves(
+    project: DevProject,
+) -> None:
+    """The import is interrupted, not left running: the workflow its module would declare
+    once the slow part is over is never registered, and the old one serves on."""
+    project.write("flows.py", GREET)
+    dev = project.dev("flows.py", WF_DEV_IMPORT_WAIT="0.5")
+    mark = dev.count()
+    late = textwrap.dedent(GREET).replace("hello {", "late {")
+    project.write("flows.py", "import time\ntime.sleep(2)\n" + late)
+    _, failed = dev.wait("import-failed", after=mark)
+    assert failed["error"].startswith("flows.py:2: the import has not returned"), failed
+    dev.wait("kept", after=mark, generation="1")
+    time.sleep(2.0)  # past the slow part, had the import run on
+    assert completed(project, project.enqueue("flows:greet", "a")) == "hello a"
+    assert dev.stop() == 0
+
+
 def test_module_level_objects_of_the_loop_thread_serve_the_steps(project: DevProject) -> None:
     """The import runs on the loop's thread, as in ``wf worker``: an SQLite connection made at
     module level serves an async step, at start and after a reload."""
