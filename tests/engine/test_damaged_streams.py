@@ -466,3 +466,38 @@ async def test_a_stream_no_chunk_of_which_was_stored_reads_empty_and_closed_at_r
     assert await _chunks(run.read_stream("out")) == []
     assert await engine_store.list_streams(run.id) == {"out": (0, True)}
     assert await _chunks(wf.admin.follow_stream(engine_store, run.id, "out")) == []
+
+
+@wf.step
+async def write_three() -> int:
+    async with wf.stream_writer("out") as out:
+        for chunk in ("x", "y", "z"):
+            index = await out.write(chunk)
+        return index
+
+
+@wf.workflow
+async def writes_three_then_sleeps() -> int:
+    index = await write_three()
+    await wf.sleep(86400)
+    return index
+
+
+@pytest.mark.stores("memory", "local", "postgres", "redis")
+async def test_a_stream_the_journal_wrote_chunks_of_and_the_store_lost_is_a_fault(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    """Three chunks were stored (the journal has indexes 0 to 2), then the stream's files were
+    lost: run end does not close it empty, which would read as a stream that had nothing; it
+    notes the loss in the store's faults and leaves the stream open."""
+    run = await wf.start(writes_three_then_sleeps)
+    await wf_engine.quiet()
+    _unstore(engine_store, run.id, "no file")
+    await wf_engine.settle()
+    assert await asyncio.wait_for(run.result(), 10) == 2
+    [fault] = [f for f in engine_store.faults if f.kind == "stream"]
+    assert fault.item == engine_store.stream_fault(run.id, "out")[0]
+    assert "the journal says 3 chunks were written, the store has none" in fault.reason
+    assert await engine_store.list_streams(run.id) == {}
+    with pytest.raises((wf.StreamNotFound, wf.StoreCorrupted)):
+        await _chunks(run.read_stream("out"))

@@ -361,8 +361,9 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
     # and its followers wait for its close: the journal names every stream the run wrote.
     # So does a stream none of whose chunks reached the store (the process died between
     # journaling its first write and storing it): closed empty, as every store keeps a stream
-    # closed with no chunk, not left "not found" to its readers. A healthy run's are all
-    # listed, so this asks nothing more of the store.
+    # closed with no chunk, not left "not found" to its readers; but only when the journal
+    # has no chunk past the first. A healthy run's are all listed, so this asks nothing more
+    # of the store.
     for name in sorted({stream for (_, stream, _) in state.writes} - listed.keys()):
         try:
             count, closed = await store.stream_info(ctx.run_id, name)
@@ -372,6 +373,19 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
             # No chunk of it reads and the listing named it damaged (its name file, and its
             # data): left as it is, its readers told of the damage (a close would repair its
             # index to its data, and hide it).
+            continue
+        journaled = max(i for (_, s, _), idx in state.writes.items() if s == name for i in idx)
+        if not count and journaled > 0:
+            # A chunk past the first was journaled, so one at least was stored (a stream's
+            # chunks are written in order): the store lost them. Closed empty, it would read
+            # as a stream that had nothing; left open, named in the faults.
+            item, where = store.stream_fault(ctx.run_id, name)
+            store.faults.note(
+                "stream",
+                item,
+                where,
+                f"the journal says {journaled + 1} chunks were written, the store has none",
+            )
             continue
         await _close_at_run_end(ctx, name, count)
 
