@@ -144,6 +144,10 @@ def test_wf_configure_refuses_a_store_that_is_not_one(
         ("[tool.wf]\n", {"WF_WORKER_POLL": "-5"}, "WF_WORKER_POLL='-5': worker.poll must be a"),
         ("[tool.wf]\n", {"WF_WORKER_POLL": "inf"}, "worker.poll must be a number > 0, not inf"),
         ("[tool.wf.dev]\nconcurrency = 0\n", {}, "dev.concurrency must be an integer >= 1"),
+        # A grace of 0 is no wait (steps restarted on every reload); NaN, inf or < 0 is none.
+        ("[tool.wf.dev]\ngrace = nan\n", {}, "dev.grace must be a number >= 0, not nan"),
+        ("[tool.wf]\n", {"WF_DEV_GRACE": "inf"}, "dev.grace must be a number >= 0, not inf"),
+        ("[tool.wf]\n", {"WF_DEV_GRACE": "-5"}, "WF_DEV_GRACE='-5': dev.grace must be a number"),
         ("[tool.wf\n", {}, "cannot read configuration"),
         ("[tool]\nwf = 3\n", {}, r"\[tool.wf\] must be a table"),
     ],
@@ -160,7 +164,14 @@ def test_bad_settings_name_the_key_and_the_value(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(UsageError, match=message):
-        for key in ("worker.concurrency", "worker.poll", "modules", "dev.poll", "dev.concurrency"):
+        for key in (
+            "worker.concurrency",
+            "worker.poll",
+            "modules",
+            "dev.poll",
+            "dev.concurrency",
+            "dev.grace",
+        ):
             setting(key)
 
 

@@ -44,6 +44,8 @@ class Key:
     above: float | None = None
     """A number must be finite and greater than this (``worker.poll``: a wait that ends);
     None: any number. An integer key with ``above=0`` is a count of at least 1."""
+    least: float | None = None
+    """A number must be finite and at least this (``dev.grace``: 0 is no wait); None: any."""
 
     @property
     def env(self) -> str | None:
@@ -89,7 +91,13 @@ KEYS: tuple[Key, ...] = (
     Key("worker.poll", "float", 2.0, "seconds between looks at the queue", above=0),
     Key("dev.run", "str", None, "`wf dev` starts a run of this target after each reload"),
     Key("dev.input", "any", None, "... with this input (any TOML value)"),
-    Key("dev.grace", "float", 30.0, "seconds running steps get to finish before a reload"),
+    Key(
+        "dev.grace",
+        "float",
+        30.0,
+        "seconds running steps get to finish before a reload, 0 or more and finite",
+        least=0,
+    ),
     Key("dev.poll", "bool", False, "watch files by polling (network or container mounts)"),
     Key("dev.concurrency", "int", 100, "runs `wf dev` drives at once", above=0),
     Key("check.select", "list", None, "`wf check` rules to run (code prefixes)"),
@@ -369,10 +377,16 @@ def resolve(name: str, project: Project | None = None) -> Value:
 
 
 def _check_range(key: Key, value: Any, where: str) -> Any:
-    """``value`` if it is in the key's range (``Key.above``); else ``UsageError`` naming where
-    it came from. Checked here, where every reader gets it: a worker with a concurrency of 0
-    or a poll of -5 or nan would wait forever or spin."""
-    if key.above is None or not isinstance(value, int | float):
+    """``value`` if it is in the key's range (``Key.above``, ``Key.least``); else
+    ``UsageError`` naming where it came from. Checked here, where every reader gets it: a
+    worker with a concurrency of 0 or a poll of -5 or nan would wait forever or spin."""
+    if not isinstance(value, int | float):
+        return value
+    if key.least is not None:
+        if math.isfinite(value) and value >= key.least:
+            return value
+        raise UsageError(f"{where}: {key.name} must be a number >= {key.least:g}, not {value!r}")
+    if key.above is None:
         return value
     if math.isfinite(value) and value > key.above:
         return value

@@ -708,3 +708,26 @@ def test_a_changed_file_that_does_not_serve_is_checked(project: DevProject) -> N
     assert finding["new"] == "yes"
     assert not [e for e in dev.events()[mark:] if e[0] == "reloaded"]
     assert dev.stop() == 0
+
+
+@pytest.mark.parametrize("grace", ["nan", "inf", "-5"])
+def test_a_configured_grace_that_is_no_number_of_seconds_is_bad_input(
+    project: DevProject, grace: str
+) -> None:
+    import subprocess
+    import sys
+
+    project.write("flows.py", GREET)
+    done = subprocess.run(
+        [sys.executable, "-m", "wf", "dev", "flows.py"],
+        cwd=project.root,
+        env={**project.env, "WF_DEV_GRACE": grace},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("error: WF_DEV_GRACE="), done.stderr
+    assert "dev.grace must be a number >= 0" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -56,6 +56,17 @@ def test_no_configuration_gives_the_defaults(tmp_path: Path) -> None:
     assert config.grace == 30.0 and config.poll is False
 
 
+def test_the_environment_counts_without_a_configuration_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WF_DEV_GRACE", "3")
+    assert load_dev_config(tmp_path).grace == 3.0
+    monkeypatch.setenv("WF_DEV_GRACE", "nan")
+    with pytest.raises(UsageError, match=r"WF_DEV_GRACE='nan': dev.grace must be a number >= 0"):
+        load_dev_config(tmp_path)
+
+
 def test_wf_toml_wins_over_pyproject_and_paths_are_relative_to_it(tmp_path: Path) -> None:
     write(tmp_path / "pyproject.toml", '[tool.wf]\nmodules = ["other"]\n')
     write(
@@ -108,13 +119,18 @@ def test_pyproject_tool_wf(tmp_path: Path) -> None:
     [
         ('modules = "flows"', "modules must be a list of strings"),
         ("[dev]\ngrace = -1", "grace must be a number"),
+        ("[dev]\ngrace = nan", "grace must be a number (of seconds )?>= 0"),
+        ("[dev]\ngrace = inf", "grace must be a number (of seconds )?>= 0"),
         ("[dev]\npoll = 1", "poll must be true or false"),
         ("[dev]\nrun = 3", "run must be a string"),
         ("[dev]\nreload = true", "unknown key 'reload'"),
         ("modules = [", "cannot read configuration"),
     ],
 )
-def test_bad_configuration_is_a_usage_error(tmp_path: Path, text: str, message: str) -> None:
+def test_bad_configuration_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
     write(tmp_path / "wf.toml", text + "\n")
     with pytest.raises(UsageError, match=message):
         load_dev_config(tmp_path)

@@ -21,6 +21,7 @@ and whatever later commands add) belong to their commands and are left alone her
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
@@ -71,7 +72,9 @@ def load_dev_config(start: Path) -> DevConfig:
     """Read the ``wf dev`` settings of the project around ``start``. Raises ``UsageError``."""
     found = find_config(start)
     if found is None:
-        return DevConfig()
+        config = DevConfig()
+        _apply_environment(config)  # WF_DEV_* count without a configuration file too
+        return config
     source, table = found
     where = f"{source}: " + ("[tool.wf]" if source.name == "pyproject.toml" else "")
     base = source.parent
@@ -92,7 +95,11 @@ def load_dev_config(start: Path) -> DevConfig:
         config.input, config.has_input = dev["input"], True
     if "grace" in dev:
         grace = dev["grace"]
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or grace < 0:
+        if (
+            isinstance(grace, bool)
+            or not isinstance(grace, int | float)
+            or not (math.isfinite(grace) and grace >= 0)
+        ):
             raise UsageError(f"{where}[dev]: grace must be a number of seconds >= 0")
         config.grace = float(grace)
     if "poll" in dev:
