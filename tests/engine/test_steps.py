@@ -679,3 +679,33 @@ def test_an_unknown_keyword_names_the_closest_one() -> None:
         wf.workflow(attempts=3)  # type: ignore[call-overload]
     with pytest.raises(wf.UsageError, match="it takes backoff, "):
         wf.step(colour="red")  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("backoff", float("nan")),
+        ("backoff", float("inf")),
+        ("backoff", -1.0),
+        ("max_backoff", float("nan")),
+        ("max_backoff", float("inf")),
+        ("max_backoff", -1.0),
+        ("backoff_factor", float("nan")),
+        ("backoff_factor", float("inf")),
+        ("backoff_factor", -2.0),
+        ("backoff", "soon"),
+    ],
+)
+def test_a_step_backoff_that_is_no_finite_number_of_seconds_is_refused_at_declaration(
+    keyword: str, value: Any
+) -> None:
+    """A NaN ceiling made a once-failed step's retry wait NaN: its run never completed."""
+    with pytest.raises(wf.UsageError, match=rf"wf.step\(\) {keyword}: "):
+        wf.step(**{keyword: value})
+    with pytest.raises(wf.UsageError, match=rf"wf.step\(\) {keyword}: "):
+        wf.step(lambda: 1, name="one", **{keyword: value})
+
+
+def test_a_step_backoff_of_zero_is_no_wait() -> None:
+    zero = wf.step(lambda: 1, name="zero", backoff=0, max_backoff=0, backoff_factor=0)
+    assert zero.retry_delay(3) == 0.0

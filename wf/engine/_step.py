@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import math
 import random as _random
 import threading
 import time
@@ -22,7 +23,13 @@ from typing import Any, Generic, NoReturn, ParamSpec, TypeVar, overload
 
 import orjson
 
-from wf._exceptions import NondeterminismError, RetryableError, UsageError, ValueEncodingError
+from wf._exceptions import (
+    NondeterminismError,
+    RetryableError,
+    UsageError,
+    ValueEncodingError,
+    finite_seconds,
+)
 from wf.engine import _signals, _steplogs
 from wf.engine._clock import thread_work
 from wf.engine._codec import decode, encode
@@ -83,9 +90,9 @@ class Step(Generic[P, R]):
             check_name("a step name", name)  # journal text
         self.name = name or fn.__qualname__
         self.max_retries = max_retries
-        self.backoff = backoff
-        self.backoff_factor = backoff_factor
-        self.max_backoff = max_backoff
+        self.backoff, self.backoff_factor, self.max_backoff = _backoffs(
+            backoff, backoff_factor, max_backoff
+        )
         self.is_async = inspect.iscoroutinefunction(fn)
         functools.update_wrapper(self, fn)
 
@@ -114,6 +121,24 @@ class Step(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<wf.step {self.name}>"
+
+
+def _backoffs(backoff: Any, factor: Any, ceiling: Any) -> tuple[float, float, float]:
+    """A step's ``backoff``, ``backoff_factor`` and ``max_backoff``: each finite and 0 or
+    more, else a ``wf.UsageError`` at declaration (a NaN ceiling made every retry's wait NaN:
+    a step that failed once never ended its run)."""
+    found = []
+    for what, value in (("backoff", backoff), ("backoff_factor", factor), ("max_backoff", ceiling)):
+        if what != "backoff_factor":
+            number = finite_seconds(f"wf.step() {what}", value)
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise UsageError(f"wf.step() {what}: expected a number, got {type(value).__name__}")
+        elif not math.isfinite(number := float(value)):
+            raise UsageError(f"wf.step() {what}: {value!r:.40} is not a finite number")
+        if number < 0:
+            raise UsageError(f"wf.step() {what}: {value!r:.40} is below 0")
+        found.append(number)
+    return found[0], found[1], found[2]
 
 
 @overload
@@ -150,7 +175,8 @@ def step(
 
     A failing step is retried up to ``max_retries`` times after the first attempt, waiting an
     exponential backoff with full jitter (``backoff`` seconds, times ``backoff_factor`` per
-    attempt, at most ``max_backoff``). ``wf.FatalError`` fails it at once, and so does a
+    attempt, at most ``max_backoff``; each a finite number, 0 or more, else a
+    ``wf.UsageError`` here). ``wf.FatalError`` fails it at once, and so does a
     ``wf.UsageError`` (a name or value wf refuses is refused again), alone or in an exception
     group;
     ``wf.RetryableError(after=...)`` sets the next delay, as given (``max_backoff`` caps only
@@ -162,6 +188,7 @@ def step(
     refuse_unknown_keywords(
         "wf.step()", unknown, ("name", "max_retries", "backoff", "backoff_factor", "max_backoff")
     )
+    _backoffs(backoff, backoff_factor, max_backoff)  # refused here, not at the decorated def
 
     def declare(f: Callable[P, Any]) -> Step[P, Any]:
         return Step(
