@@ -501,3 +501,58 @@ async def test_a_stream_the_journal_wrote_chunks_of_and_the_store_lost_is_a_faul
     assert await engine_store.list_streams(run.id) == {}
     with pytest.raises((wf.StreamNotFound, wf.StoreCorrupted)):
         await _chunks(run.read_stream("out"))
+
+
+@wf.step(max_retries=2, backoff=0)
+async def write_three_once_more() -> int:
+    async with wf.stream_writer("out") as out:
+        for chunk in ("x", "y", "z"):
+            index = await out.write(chunk)
+        return index
+
+
+@wf.workflow
+async def writes_three() -> int:
+    return await write_three_once_more()
+
+
+async def test_a_chunk_the_store_failed_to_take_is_written_by_the_steps_retry(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    """The second chunk's write was journaled, then the data file refused it (``EIO``): the
+    step's retry writes its chunks after the first, from that index on. They were written
+    after it, at indexes the store does not take out of order: dropped, and the run
+    completed with them lost."""
+    with _fsops.inject("write", errno.EIO, match=".data", after=1, times=1) as refused:
+        run = await wf.start(writes_three)
+        assert await asyncio.wait_for(run.result(), 10) == 3
+    assert refused.hits == 1
+    assert await _chunks(run.read_stream("out")) == [b"x", b"x", b"y", b"z"]
+
+
+@wf.step
+async def catches_a_failed_write_and_closes() -> str:
+    async with wf.stream_writer("out") as out:
+        await out.write("x")
+        try:
+            await out.write("y")
+        except wf.StoreError:
+            await out.write("y again")
+        await out.close()
+    return "closed"
+
+
+@wf.workflow
+async def closes_after_a_failed_write() -> str:
+    return await catches_a_failed_write_and_closes()
+
+
+async def test_a_step_that_catches_a_failed_write_writes_and_closes_on(
+    wf_engine: TestEngine, engine_store: Store
+) -> None:
+    with _fsops.inject("write", errno.EIO, match=".data", after=1, times=1) as refused:
+        run = await wf.start(closes_after_a_failed_write)
+        assert await asyncio.wait_for(run.result(), 10) == "closed"
+    assert refused.hits == 1
+    assert await _chunks(run.read_stream("out")) == [b"x", b"y again"]
+    assert await engine_store.stream_info(run.id, "out") == (2, True)

@@ -108,20 +108,11 @@ class StreamWriter:
         step.on_end.append(self._end)
         ctx = self._ctx
         state = ctx.state(StreamState)
-        if self.name not in state.counts:
-            # This stream's own count, not a listing's: a listing leaves a damaged stream
-            # out, and a count of 0 would send this step's chunks where the store has some
-            # (taken as replays, dropped). Damage fails the step here instead.
-            try:
-                stored = (await ctx.engine.store.stream_info(ctx.run_id, self.name))[0]
-            except BaseException:
-                self._end()  # no `async with` body runs: a step that opens it again may
-                raise
-            journaled = [
-                i for (_, s, _), idx in state.writes.items() if s == self.name for i in idx
-            ]
-            state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
-            state.gaps[self.name] = sorted({i for i in journaled if i >= stored})
+        try:
+            await self._count(state)
+        except BaseException:
+            self._end()  # no `async with` body runs: a step that opens it again may
+            raise
         if step.stream_before is None:
             step.stream_before = {}
         if self.name not in step.stream_before:
@@ -132,6 +123,21 @@ class StreamWriter:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._end()
+
+    async def _count(self, state: StreamState) -> None:
+        """Know where the stream's next chunk goes (``state.counts``, ``state.gaps``), from the
+        store and the journal, unless known already.
+
+        This stream's own count, not a listing's: a listing leaves a damaged stream out, and a
+        count of 0 would send this step's chunks where the store has some (taken as replays,
+        dropped). Damage fails the step here instead."""
+        if self.name in state.counts:
+            return
+        ctx = self._ctx
+        stored = (await ctx.engine.store.stream_info(ctx.run_id, self.name))[0]
+        journaled = [i for (_, s, _), idx in state.writes.items() if s == self.name for i in idx]
+        state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
+        state.gaps[self.name] = sorted({i for i in journaled if i >= stored})
 
     def _end(self) -> None:
         """Let go of the stream (the ``async with`` ends, or its step did)."""
@@ -194,6 +200,7 @@ class StreamWriter:
         chunk = data.encode() if isinstance(data, str) else bytes(data)
         ctx = self._ctx
         state = ctx.state(StreamState)
+        await self._count(state)  # forgotten by a write the store failed
         gaps = state.gaps.get(self.name)
         if gaps:
             index = gaps.pop(0)  # journaled before a crash, never written: fill it
@@ -217,7 +224,16 @@ class StreamWriter:
                 )
             )
             self._earlier(state).append(index)
-        await ctx.lease.write_chunk(self.name, index, chunk)
+        try:
+            await ctx.lease.write_chunk(self.name, index, chunk)
+        except BaseException:
+            # Journaled, and stored or not (an EIO, a lost connection): the next write, this
+            # step's retry's say, asks the store again, and fills the index if it lacks it.
+            # Counted on, a chunk the store lacks would send the next ones past its end
+            # (taken out of order: dropped).
+            state.counts.pop(self.name, None)
+            state.gaps.pop(self.name, None)
+            raise
         return index
 
     def close(self) -> Coroutine[Any, Any, None]:
@@ -243,6 +259,7 @@ class StreamWriter:
                     )
                 )
                 state.closed.add((self.name, run_attempt))
+            await self._count(state)  # forgotten by a write the store failed
             await ctx.lease.close_stream(self.name, state.counts[self.name])
             self.closed = True
 
