@@ -66,8 +66,10 @@ class ReloadOutcome:
     """The import did not return within the wait (or by a stop signal): interrupted."""
 
 
-_LOOK_EVERY = 0.05
-"""Seconds between two looks at an import that runs (whether its wait ran out)."""
+_LOOK_EVERY = 0.25
+"""Seconds between two looks at an import that runs (whether its wait ran out, or a stop
+signal came). Not shorter: each look is a signal, and a C extension that does not retry a
+system call it interrupts (Python's own modules do) would fail its import."""
 
 IMPORT_WAIT = 10.0
 """Seconds an import (the first load, a reload's) may take before it is said to be stuck and
