@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from wf.check import (
+    CheckConfig,
     CheckResult,
     CheckUsageError,
     Finding,
@@ -65,10 +66,12 @@ def test_columns_count_characters_not_bytes() -> None:
 def test_json_shape(write_tree: WriteTree) -> None:
     root = write_tree({"flows.py": FLOW, "broken.py": "def f(:\n"})
     document = json.loads(format_json(check_paths([root])))
-    assert set(document) == {"version", "files_checked", "summary", "findings", "errors"}
+    keys = {"version", "files_checked", "summary", "findings", "errors", "notes"}
+    assert set(document) == keys
     assert document["version"] == 1
     assert document["files_checked"] == 1
-    assert document["summary"] == {"findings": 1, "files_with_findings": 1, "errors": 1}
+    summary = {"findings": 1, "files_with_findings": 1, "errors": 1, "notes": 0}
+    assert document["summary"] == summary
     [finding] = document["findings"]
     assert finding == {
         "path": str(root / "flows.py"),
@@ -233,3 +236,80 @@ def test_findings_are_sorted_and_files_deduplicated(write_tree: WriteTree) -> No
     result = check_paths([root / "b.py", root, root / "a.py"])
     assert result.files_checked == 2
     assert [Path(f.path).name for f in result.findings] == ["a.py", "b.py"]
+
+
+def _elif_chain(arms: int) -> str:
+    arms_text = "".join(f"    elif n == {i}:\n        return {i}\n" for i in range(1, arms))
+    last = "    else:\n        return time.time()\n"
+    return f"{FLOW.split('@wf.workflow')[0]}@wf.workflow\nasync def order(n: int):\n" + (
+        "    if n == 0:\n        return 0\n" + arms_text + last
+    )
+
+
+def _operator_chain(terms: int) -> str:
+    total = " + ".join(["n"] * terms)
+    return f"{FLOW.split('@wf.workflow')[0]}X = {'+'.join(['1'] * terms)}\n\n\n" + (
+        f"@wf.workflow\nasync def order(n: int):\n    return {total} + time.time()\n"
+    )
+
+
+def _gathered_chain(arms: int, terms: int) -> str:
+    # A concurrent branch's operations are followed through the function it runs (WF305).
+    elifs = "".join(f"    elif x == {i}:\n        return {i}\n" for i in range(1, arms))
+    total = " + ".join(["x"] * terms)
+    return (
+        "import asyncio\n\nimport wf\n\n\n@wf.step\nasync def s(x: int) -> int:\n"
+        "    return x\n\n\nasync def pick(x: int) -> int:\n    if x == 0:\n        return 0\n"
+        f"{elifs}    await s({total})\n    return await s(x)\n\n\n"
+        "@wf.workflow\nasync def order(n: int) -> list[int]:\n"
+        "    return await asyncio.gather(pick(1), pick(2))\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "codes"),
+    [
+        (_elif_chain(250), ["WF101"]),  # the clock read at the far end
+        (_elif_chain(2000), ["WF101"]),
+        (_operator_chain(500), ["WF101"]),
+        (_operator_chain(990), ["WF101"]),
+        (_gathered_chain(400, 900), ["WF305", "WF305"]),  # both branches
+    ],
+    ids=["elif-250", "elif-2000", "plus-500", "plus-990", "gathered"],
+)
+def test_long_elif_and_operator_chains_are_analysed_like_any_code(
+    tmp_path: Path, source: str, codes: list[str]
+) -> None:
+    # Python imports these; the check called them syntax errors ("cannot analyze: nested too
+    # deeply", "maximum recursion depth exceeded while traversing 'expr' node").
+    compile(source, "flows.py", "exec")
+    (tmp_path / "flows.py").write_text(source)
+    result = check_paths([tmp_path])
+    assert (result.errors, result.notes) == ([], [])
+    assert [f.code for f in result.findings] == codes
+    assert result.exit_code == 1
+
+
+def test_code_nested_past_what_the_analyzer_walks_is_a_note_not_an_error(
+    tmp_path: Path,
+) -> None:
+    chain = "x = y" + ".f()" * 1000 + "\n"  # Python imports it; the walk cannot go that deep
+    source = f"y = None\n{chain}{FLOW}"
+    compile(source, "flows.py", "exec")
+    (tmp_path / "flows.py").write_text(source)
+    result = check_paths([tmp_path])
+    assert result.errors == []
+    [note] = result.notes
+    assert (note.path, note.line, note.col, note.code) == (str(tmp_path / "flows.py"), 2, 1, "note")
+    assert note.message.startswith("not analysed: nested too deeply")
+    assert [(f.code, f.line) for f in result.findings] == [("WF101", 10)]  # the rest is checked
+    assert result.exit_code == 1
+    text = format_text(result)
+    assert f"{tmp_path / 'flows.py'}:2:1: note not analysed: nested too deeply" in text
+    assert text.endswith("Found 1 problem in 1 file; 1 note")
+    document = json.loads(format_json(result))
+    assert document["summary"]["notes"] == 1
+    assert document["notes"][0]["line"] == 2
+    clean = check_paths([tmp_path], CheckConfig(ignore=frozenset({"WF101"})))
+    assert format_text(clean).endswith("All checks passed (1 file); 1 note")
+    assert clean.exit_code == 0

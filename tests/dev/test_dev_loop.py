@@ -218,6 +218,29 @@ def test_a_file_that_cannot_be_checked_beside_the_code_stops_nothing(project: De
     assert dev.stop() == 0
 
 
+def test_long_chains_python_runs_reload_and_one_too_deep_to_analyse_is_a_note(
+    project: DevProject,
+) -> None:
+    project.write("flows.py", GREET)
+    dev = project.dev("flows.py")
+    dev.wait("checked", initial="yes")
+    # Was: kept, reason="flows.py:1:1: cannot analyze: nested too deeply" (valid Python).
+    arms = "".join(f"    elif x == {i}:\n        return {i}\n" for i in range(1, 250))
+    chain = "y = 'a'" + ".strip()" * 1000 + "\n"
+    source = f"{textwrap.dedent(GREET)}\n\ndef pick(x):\n    if x == 0:\n        return 0\n{arms}"
+    mark = dev.count()
+    project.write("flows.py", f"{source}\n\n{chain}")
+    _, checked = dev.wait("checked", after=mark)
+    assert checked["errors"] == "0"
+    _, note = dev.wait("check-note", after=mark)
+    written = (project.root / "flows.py").read_text().splitlines()
+    assert note["at"] == f"flows.py:{written.index(chain.strip()) + 1}:1"
+    assert note["message"].startswith("not analysed: nested too deeply")
+    dev.wait("reloaded", after=mark, generation="2")
+    assert not [kind for kind, _ in dev.events()[mark:] if kind == "kept"]
+    assert dev.stop() == 0
+
+
 def test_code_raising_keyboard_interrupt_at_import_is_an_import_error(
     project: DevProject,
 ) -> None:

@@ -24,8 +24,9 @@ _CONSTRUCTORS = ("__new__", "__init__", "__post_init__")
 _MAX_INSTANCE_DEPTH = 4  # `a = B(); c = a; c.m()` is followed this many names deep
 
 
-def analyze(project: Project) -> list[Finding]:
-    """Every finding in ``project``, before select/ignore filtering."""
+def analyze(project: Project) -> tuple[list[Finding], list[Finding]]:
+    """Every finding in ``project``, before select/ignore filtering, and the notes on code
+    nested too deeply to analyse."""
     declarations = find_declarations(project)
     sink = Sink()
     check_workflows(declarations, sink)
@@ -34,9 +35,12 @@ def analyze(project: Project) -> list[Finding]:
     check_uncalled_awaits(project, declarations, sink)
     scopes = _workflow_code(project, declarations)
     for scope, context in scopes.items():
-        check_workflow_code(scope, sink, context, project)
+        try:
+            check_workflow_code(scope, sink, context, project)
+        except RecursionError:
+            sink.too_deep(scope)
     check_branches(scopes, project, declarations, sink)
-    return sink.findings()
+    return sink.findings(), sink.notes()
 
 
 def _workflow_code(project: Project, declarations: Declarations) -> dict[Scope, str]:

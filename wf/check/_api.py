@@ -28,16 +28,21 @@ def check_paths(paths: Sequence[Path], config: CheckConfig | None = None) -> Che
     config = _validated(config)
     files, errors = discover(paths, config)
     modules: list[ModuleIndex] = []
+    notes: list[Finding] = []
     with _collector_paused():
         for source_file in files:
             loaded = load(source_file)
             if isinstance(loaded, ModuleIndex):
                 modules.append(loaded)
+                notes.extend(loaded.notes)
             else:
                 errors.append(loaded)
         aliases = {f.display: list(f.aliases) for f in files}
-        findings = _selected(analyze(Project(modules, aliases)), config)
-    return CheckResult(findings=findings, files_checked=len(modules), errors=errors)
+        found, analysis_notes = analyze(Project(modules, aliases))
+    notes = sorted([*notes, *analysis_notes], key=Finding.sort_key)
+    return CheckResult(
+        findings=_selected(found, config), files_checked=len(modules), errors=errors, notes=notes
+    )
 
 
 @contextmanager
@@ -66,7 +71,7 @@ def check_source(
     loaded = parse(source, path, name, is_package=False)
     if isinstance(loaded, Finding):
         raise CheckUsageError(f"{loaded.path}:{loaded.line}:{loaded.col}: {loaded.message}")
-    return _selected(analyze(Project([loaded], {})), config)
+    return _selected(analyze(Project([loaded], {}))[0], config)
 
 
 def _validated(config: CheckConfig | None) -> CheckConfig:

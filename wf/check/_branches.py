@@ -151,8 +151,15 @@ class _Flows:
         if isinstance(stmt, ast.Return | ast.Raise):
             return None, self.exprs(_children_exprs(stmt), scope)
         if isinstance(stmt, ast.If):
-            test = self.expr(stmt.test, scope)
-            return _after(test, [self.stmts(stmt.body, scope), self.stmts(stmt.orelse, scope)])
+            # An `elif` chain, in a loop (hundreds of arms would overflow a recursion).
+            chain = [stmt]
+            while len(chain[-1].orelse) == 1 and isinstance(chain[-1].orelse[0], ast.If):
+                chain.append(chain[-1].orelse[0])
+            tested = [(self.expr(n.test, scope), self.stmts(n.body, scope)) for n in chain]
+            paths = self.stmts(chain[-1].orelse, scope)
+            for test, taken in reversed(tested):
+                paths = _after(test, [taken, paths])
+            return paths
         if isinstance(stmt, ast.For | ast.AsyncFor | ast.While):
             head = self.expr(stmt.test if isinstance(stmt, ast.While) else stmt.iter, scope)
             body = _any(list(self.stmts(stmt.body, scope))) or NONE
@@ -212,6 +219,14 @@ class _Flows:
             return test.then(self.expr(expr.body, scope).either(self.expr(expr.orelse, scope)))
         if isinstance(expr, ast.Call):
             return self.call(expr, scope)
+        if isinstance(expr, ast.BinOp):
+            # `a + b + c + ...` nests to the left: its operands in order, without recursing.
+            operands = []
+            while isinstance(expr, ast.BinOp):
+                operands.append(expr.right)
+                expr = expr.left
+            operands.append(expr)
+            return self.exprs(operands[::-1], scope)
         return self.exprs(_children_exprs(expr), scope)
 
     def call(self, call: ast.Call, scope: Scope) -> Flow:
@@ -299,23 +314,37 @@ def check_branches(
     """Flag concurrent branches of workflow code that start an operation after awaiting one."""
     flows = _Flows(project, declarations)
     for scope, context in scopes.items():
-        for call in scope.calls:
-            for how, branch in _branches(call, scope):
-                target = (
-                    flows.call_target(branch, scope)
-                    if isinstance(branch, ast.Call)
-                    else _function_ref(branch, scope, project, declarations)
-                )
-                if target is None or not flows.function(target).late:
-                    continue
-                message = (
-                    f"`{spell(branch)}` runs durable operations one after the other in a "
-                    f"concurrent branch of {how}: the later ones take their ids as the earlier "
-                    "ones end, so once the run has to be replayed (a crash, a deploy, a "
-                    "suspension) it fails with `wf.NondeterminismError` and cannot be resumed "
-                    "(wf help WF305)"
-                )
-                sink.add(scope.module, branch, "WF305", message + context)
+        try:
+            _check_scope(scope, context, flows, project, declarations, sink)
+        except RecursionError:
+            sink.too_deep(scope)
+
+
+def _check_scope(
+    scope: Scope,
+    context: str,
+    flows: _Flows,
+    project: Project,
+    declarations: Declarations,
+    sink: Sink,
+) -> None:
+    for call in scope.calls:
+        for how, branch in _branches(call, scope):
+            target = (
+                flows.call_target(branch, scope)
+                if isinstance(branch, ast.Call)
+                else _function_ref(branch, scope, project, declarations)
+            )
+            if target is None or not flows.function(target).late:
+                continue
+            message = (
+                f"`{spell(branch)}` runs durable operations one after the other in a "
+                f"concurrent branch of {how}: the later ones take their ids as the earlier "
+                "ones end, so once the run has to be replayed (a crash, a deploy, a "
+                "suspension) it fails with `wf.NondeterminismError` and cannot be resumed "
+                "(wf help WF305)"
+            )
+            sink.add(scope.module, branch, "WF305", message + context)
 
 
 def _branches(call: ast.Call, scope: Scope) -> list[tuple[str, ast.expr]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 
 from wf.check._config import suppressed
-from wf.check._index import ModuleIndex, Scope
+from wf.check._index import ModuleIndex, Scope, too_deep
 from wf.check._infer import is_hash_ordered_set, is_loop, is_module_generator, is_path
 from wf.check._model import Finding
 from wf.check._resolve import Project, binding_scope, resolve_expr, resolve_name
@@ -40,6 +40,18 @@ class Sink:
 
     def __init__(self) -> None:
         self._found: dict[tuple[str, int, int, str], Finding] = {}
+        self._notes: dict[tuple[str, int, int], Finding] = {}
+
+    def too_deep(self, scope: Scope) -> None:
+        """Note that ``scope`` holds code nested too deeply to analyse (Python runs it)."""
+        node = scope.node
+        if isinstance(node, ast.stmt | ast.expr):
+            note = too_deep(scope.module, node)
+            self._notes.setdefault((note.path, note.line, note.col), note)
+
+    def notes(self) -> list[Finding]:
+        """The notes recorded, in report order."""
+        return sorted(self._notes.values(), key=Finding.sort_key)
 
     def add(
         self,

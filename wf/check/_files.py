@@ -179,21 +179,45 @@ def parse(source: str, display: str, module: str, is_package: bool) -> ModuleInd
     """Parse and index source text, or return the syntax error as a located finding."""
     try:
         tree = ast.parse(source, filename=display)
-        # The parser accepts what only the compiler refuses (`lambda x: await f(x)`, `return`
-        # outside a function, a misplaced `nonlocal`): such a file would not import either.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # `x is 1` and the like: not ours to report
-            compile(tree, display, "exec", dont_inherit=True)
     except SyntaxError as exc:
-        line = exc.lineno or 1
-        col = exc.offset or 1
-        return Finding(display, line, col, "syntax-error", f"syntax error: {exc.msg}", "")
+        return _syntax_error(display, exc)
     except (ValueError, RecursionError) as exc:  # null bytes; absurd nesting
         return Finding(display, 1, 1, "syntax-error", f"cannot parse: {exc}", "")
     except MemoryError:  # what the parser raises for thousands of nested unary operators
         why = "nested too deeply (the parser ran out of memory)"
         return Finding(display, 1, 1, "syntax-error", f"cannot parse: {why}", "")
-    try:
-        return index_module(tree, source, module, display, is_package)
-    except RecursionError:
-        return Finding(display, 1, 1, "syntax-error", "cannot analyze: nested too deeply", "")
+    refused = _compile(tree, source, display)
+    if refused is not None:
+        return refused
+    return index_module(tree, source, module, display, is_package)
+
+
+def _compile(tree: ast.Module, source: str, display: str) -> Finding | None:
+    """Why Python would not compile the module, or None. The parser accepts what only the
+    compiler refuses (`lambda x: await f(x)`, `return` outside a function, a misplaced
+    `nonlocal`): such a file would not import either."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # `x is 1` and the like: not ours to report
+        try:
+            compile(tree, display, "exec", dont_inherit=True)
+            return None
+        except SyntaxError as exc:
+            return _syntax_error(display, exc)
+        except RecursionError:
+            pass
+        # Compiling a syntax tree recurses deeper than compiling the text it came from (a sum
+        # of 1000 terms): ask the compiler about the text, as an import does.
+        try:
+            compile(source, display, "exec", dont_inherit=True)
+            return None
+        except SyntaxError as exc:
+            return _syntax_error(display, exc)
+        except (RecursionError, MemoryError) as exc:
+            why = str(exc) or "nested too deeply"
+            return Finding(display, 1, 1, "syntax-error", f"cannot parse: {why}", "")
+
+
+def _syntax_error(display: str, exc: SyntaxError) -> Finding:
+    line = exc.lineno or 1
+    col = exc.offset or 1
+    return Finding(display, line, col, "syntax-error", f"syntax error: {exc.msg}", "")

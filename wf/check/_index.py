@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from wf.check._model import Finding
 from wf.check._rules import MUTATING_METHODS, WATCHED_ATTR_NAMES, WATCHED_ATTRS
 
 ScopeKind = Literal["module", "class", "function", "lambda"]
@@ -108,6 +109,8 @@ class ModuleIndex:
     # Local names bound to a watched attribute by `from os import environ`, so that plain name
     # loads need only be resolved when they could be one.
     watched_names: set[str] = field(default_factory=set)
+    # Statements nested too deeply to analyse (Python imports them): said, never an error.
+    notes: list[Finding] = field(default_factory=list)
 
     def column(self, line: int, col_offset: int) -> int:
         """A 1-based character column from ast's 0-based UTF-8 byte offset."""
@@ -163,6 +166,7 @@ class _Indexer:
             ast.GeneratorExp: self.comprehension,
             ast.DictComp: self.comprehension,
             ast.If: self.if_,
+            ast.BinOp: self.bin_op,
             ast.Try: self.try_,
             ast.TryStar: self.try_,
             ast.Match: self.match,
@@ -189,7 +193,14 @@ class _Indexer:
 
     def body(self, stmts: list[ast.stmt], scope: Scope) -> None:
         for stmt in stmts:
-            self.visit(stmt, scope)
+            branch, in_decorator = self.branch, self.in_decorator
+            try:
+                self.visit(stmt, scope)
+            except RecursionError:
+                # Valid Python nested deeper than this walk goes (long chains are walked
+                # without recursing): the innermost statement is said, the rest is indexed.
+                self.branch, self.in_decorator = branch, in_decorator
+                self.module.notes.append(too_deep(self.module, stmt))
 
     def bind_unknown(self, name: str, scope: Scope) -> None:
         scope.bindings.setdefault(name, []).append(None)
@@ -302,9 +313,31 @@ class _Indexer:
         self.branch = outer
 
     def if_(self, node: ast.If, scope: Scope) -> None:
-        self.visit(node.test, scope)
-        self.arm(node, 0, node.body, scope)
-        self.arm(node, 1, node.orelse, scope)
+        # An `elif` is an `if` alone in the `else` arm: walked in a loop, not recursively, so
+        # that hundreds of arms are indexed as Python runs them (each inside the previous one's
+        # `else` arm, as the tree has it).
+        outer = self.branch
+        while True:
+            self.visit(node.test, scope)
+            self.arm(node, 0, node.body, scope)
+            self.branch = (*self.branch, (id(node), 1))
+            orelse = node.orelse
+            if len(orelse) != 1 or not isinstance(orelse[0], ast.If):
+                self.body(orelse, scope)
+                break
+            node = orelse[0]
+        self.branch = outer
+
+    def bin_op(self, node: ast.BinOp, scope: Scope) -> None:
+        # `a + b + c + ...` nests to the left: walked in a loop, in source order.
+        rights = []
+        left: ast.expr = node
+        while isinstance(left, ast.BinOp):
+            rights.append(left.right)
+            left = left.left
+        self.visit(left, scope)
+        for right in reversed(rights):
+            self.visit(right, scope)
 
     def try_(self, node: ast.Try | ast.TryStar, scope: Scope) -> None:
         scope.tries.append(node)
@@ -431,3 +464,10 @@ class _Indexer:
         for generator in node.generators:
             scope.iters.append((generator.iter, node))
         self.generic(node, scope)
+
+
+def too_deep(module: ModuleIndex, node: ast.stmt | ast.expr) -> Finding:
+    """The note for a statement nested too deeply to analyse."""
+    col = module.column(node.lineno, node.col_offset)
+    why = "not analysed: nested too deeply for wf check (Python runs it); the rest is checked"
+    return Finding(module.path, node.lineno, col, "note", why, "")

@@ -77,12 +77,15 @@ class CheckResult:
     ``findings`` are rule violations sorted by path, line and column. ``errors`` are files that
     could not be analyzed (syntax errors, unreadable or undecodable files, directories that
     could not be listed); they use the :class:`Finding` shape with code ``syntax-error`` or
-    ``read-error`` and are never filtered by select/ignore.
+    ``read-error`` and are never filtered by select/ignore. ``notes`` (code ``note``) name code
+    that Python runs but the analyzer did not look into (nested too deeply for it); they do not
+    change the exit code.
     """
 
     findings: list[Finding] = field(default_factory=list)
     files_checked: int = 0
     errors: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:

@@ -13,15 +13,20 @@ JSON_VERSION = 1
 
 def format_text(result: CheckResult) -> str:
     """ruff-style text: one ``path:line:col: CODE message`` line per finding, each followed by
-    an indented ``hint:`` line, then files that could not be checked, then a summary line."""
+    an indented ``hint:`` line, then files that could not be checked, then notes (code not
+    analysed), then a summary line."""
     lines: list[str] = []
     for finding in result.findings:
         lines.append(_location_line(finding))
         lines.append(f"  hint: {finding.hint}")
     lines.extend(_location_line(error) for error in result.errors)
+    lines.extend(_location_line(note) for note in result.notes)
     if lines:
         lines.append("")
-    lines.append(_summary(result))
+    summary = _summary(result)
+    if result.notes:
+        summary += f"; {_plural(len(result.notes), 'note')}"
+    lines.append(summary)
     return "\n".join(lines)
 
 
@@ -54,9 +59,9 @@ def format_json(result: CheckResult) -> str:
     """The result as a JSON document, shape version 1 (documented in docs/check.md).
 
     Top-level keys: ``version``, ``files_checked``, ``summary`` (``findings``,
-    ``files_with_findings``, ``errors`` counts), ``findings`` (objects with ``path``, ``line``,
-    ``col``, ``code``, ``name``, ``message``, ``hint``) and ``errors`` (objects with ``path``,
-    ``line``, ``col``, ``code``, ``message``).
+    ``files_with_findings``, ``errors``, ``notes`` counts), ``findings`` (objects with ``path``,
+    ``line``, ``col``, ``code``, ``name``, ``message``, ``hint``), ``errors`` and ``notes``
+    (objects with ``path``, ``line``, ``col``, ``code``, ``message``).
     """
     document = {
         "version": JSON_VERSION,
@@ -65,11 +70,16 @@ def format_json(result: CheckResult) -> str:
             "findings": len(result.findings),
             "files_with_findings": len({f.path for f in result.findings}),
             "errors": len(result.errors),
+            "notes": len(result.notes),
         },
         "findings": [_finding(f) for f in result.findings],
         "errors": [
             {"path": e.path, "line": e.line, "col": e.col, "code": e.code, "message": e.message}
             for e in result.errors
+        ],
+        "notes": [
+            {"path": n.path, "line": n.line, "col": n.col, "code": n.code, "message": n.message}
+            for n in result.notes
         ],
     }
     return json.dumps(document, indent=2, ensure_ascii=False)

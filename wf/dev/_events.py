@@ -73,7 +73,8 @@ class ChangeSeen(DevEvent):
 
 @dataclasses.dataclass(frozen=True)
 class Checked(DevEvent):
-    """``wf check`` ran: all findings, those new since the serving code, unparsable files."""
+    """``wf check`` ran: all findings, those new since the serving code, unparsable files, and
+    notes on code too deeply nested to analyse (which never block)."""
 
     kind: ClassVar[str] = "checked"
     files: int
@@ -83,6 +84,7 @@ class Checked(DevEvent):
     took: float
     initial: bool = False
     config_error: str | None = None
+    notes: list[Finding] = dataclasses.field(default_factory=list)
 
     @property
     def blocking(self) -> bool:

@@ -176,6 +176,8 @@ def _checked(event: Checked) -> Iterator[str]:
             yield _finding("finding", finding, new=is_new)
     for error in event.errors:
         yield _finding("syntax-error" if error.code == "syntax-error" else "check-error", error)
+    for note in event.notes:
+        yield _finding("check-note", note)
 
 
 def _finding(kind: str, finding: Finding, *, new: bool | None = None) -> str:

@@ -179,7 +179,7 @@ class LiveRenderer:
         lines: list[str] = []
         if event.config_error:
             lines.append(f"[yellow]check configuration[/]: {_escape(event.config_error)}")
-        if not event.findings and not event.errors:
+        if not event.findings and not event.errors and not event.notes:
             return lines
         new = {id(f) for f in event.new}
         if event.initial:
@@ -195,6 +195,10 @@ class LiveRenderer:
         for error in event.errors:
             lines.append(
                 f"[red]{_escape(error.path)}:{error.line}:{error.col}[/] {_escape(error.message)}"
+            )
+        for note in event.notes:
+            lines.append(
+                f"[dim]{_escape(note.path)}:{note.line}:{note.col}[/] {_escape(note.message)}"
             )
         return lines
 

@@ -308,7 +308,7 @@ class DevLoop:
         # finding in ``findings`` and in ``new``, which renderers rely on to mark new ones.
         shown = {
             id(f): dataclasses.replace(f, path=self.modules.display(f.path))
-            for f in [*result.findings, *result.errors]
+            for f in [*result.findings, *result.errors, *result.notes]
         }
         return Checked(
             files=result.files_checked,
@@ -318,6 +318,7 @@ class DevLoop:
             took=outcome.took,
             initial=initial,
             config_error=outcome.config_error,
+            notes=[shown[id(f)] for f in result.notes],
         )
 
     async def _start_requested_run(self) -> None:
