@@ -290,6 +290,36 @@ def test_long_elif_and_operator_chains_are_analysed_like_any_code(
     assert result.exit_code == 1
 
 
+def test_a_latin1_byte_in_a_comment_is_checked_as_python_imports_it(tmp_path: Path) -> None:
+    # Python 3 imports this file: its tokenizer does not decode comments. It was a read-error
+    # "cannot decode file" at 1:1.
+    data = FLOW.encode().replace(b"import wf\n", b"import wf\n# caf\xe9\n")
+    compile(data, "flows.py", "exec")
+    (tmp_path / "flows.py").write_bytes(data)
+    result = check_paths([tmp_path])
+    assert result.errors == []
+    [finding] = result.findings
+    assert (finding.code, finding.line) == ("WF101", 9)
+
+
+def test_a_coding_line_is_honoured(tmp_path: Path) -> None:
+    data = b"# -*- coding: latin-1 -*-\n" + FLOW.encode().replace(b"n: int", b"n\xe9: int")
+    (tmp_path / "flows.py").write_bytes(data)
+    result = check_paths([tmp_path])
+    assert result.errors == []
+    [finding] = result.findings
+    assert (finding.code, finding.line, finding.col) == ("WF101", 9, 12)
+
+
+def test_an_undecodable_string_is_reported_on_its_line(tmp_path: Path) -> None:
+    (tmp_path / "latin.py").write_bytes(b"x = 1\ny = 'caf\xe9'\n")
+    with pytest.raises(SyntaxError) as python:
+        compile((tmp_path / "latin.py").read_bytes(), "latin.py", "exec")
+    [error] = check_paths([tmp_path]).errors
+    assert (error.code, error.line) == ("read-error", 2) == ("read-error", python.value.lineno)
+    assert error.message.startswith("cannot decode file:")
+
+
 def test_code_nested_past_what_the_analyzer_walks_is_a_note_not_an_error(
     tmp_path: Path,
 ) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
+import io
 import os
 import stat
+import tokenize
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -146,11 +147,9 @@ def load(source_file: SourceFile) -> ModuleIndex | Finding:
     cached = _cache.get(key)
     if cached is not None and cached[0] == data:
         return cached[1]
-    try:
-        source = importlib.util.decode_source(data)
-    except (SyntaxError, UnicodeDecodeError) as exc:
-        return Finding(display, 1, 1, "read-error", f"cannot decode file: {exc}", "")
-    result = parse(source, display, source_file.module, source_file.is_package)
+    # The bytes are parsed as an import parses them: a PEP 263 coding line, else UTF-8, and
+    # a stray byte in a comment accepted (Python's tokenizer does not decode comments).
+    result = parse(data, display, source_file.module, source_file.is_package)
     if isinstance(result, ModuleIndex):
         _remember(key, data, result)
     return result
@@ -175,11 +174,17 @@ def _remember(key: tuple[Path, str, str], data: bytes, module: ModuleIndex) -> N
         _cached_lines += len(module.lines)
 
 
-def parse(source: str, display: str, module: str, is_package: bool) -> ModuleIndex | Finding:
-    """Parse and index source text, or return the syntax error as a located finding."""
+def parse(
+    source: str | bytes, display: str, module: str, is_package: bool
+) -> ModuleIndex | Finding:
+    """Parse and index source text (or a file's bytes, decoded as an import decodes them), or
+    return the syntax error as a located finding."""
     try:
         tree = ast.parse(source, filename=display)
     except SyntaxError as exc:
+        if isinstance(source, bytes) and _undecodable(exc):
+            why = f"cannot decode file: {exc.msg}"
+            return Finding(display, max(exc.lineno or 1, 1), _col(exc), "read-error", why, "")
         return _syntax_error(display, exc)
     except (ValueError, RecursionError) as exc:  # null bytes; absurd nesting
         return Finding(display, 1, 1, "syntax-error", f"cannot parse: {exc}", "")
@@ -189,10 +194,26 @@ def parse(source: str, display: str, module: str, is_package: bool) -> ModuleInd
     refused = _compile(tree, source, display)
     if refused is not None:
         return refused
-    return index_module(tree, source, module, display, is_package)
+    text = source if isinstance(source, str) else _text(source)
+    return index_module(tree, text, module, display, is_package)
 
 
-def _compile(tree: ast.Module, source: str, display: str) -> Finding | None:
+def _undecodable(exc: SyntaxError) -> bool:
+    """Whether Python refused the bytes for their encoding (not for their syntax)."""
+    return exc.msg.startswith(("(unicode error)", "unknown encoding", "encoding problem"))
+
+
+def _text(data: bytes) -> str:
+    """The text of bytes Python parsed: in their declared encoding, else UTF-8 (a byte a
+    comment holds that the encoding does not is replaced: only comments may hold one)."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:  # not reached: the parser refused such a coding line already
+        encoding = "utf-8"
+    return data.decode(encoding, errors="replace")
+
+
+def _compile(tree: ast.Module, source: str | bytes, display: str) -> Finding | None:
     """Why Python would not compile the module, or None. The parser accepts what only the
     compiler refuses (`lambda x: await f(x)`, `return` outside a function, a misplaced
     `nonlocal`): such a file would not import either."""
@@ -218,6 +239,9 @@ def _compile(tree: ast.Module, source: str, display: str) -> Finding | None:
 
 
 def _syntax_error(display: str, exc: SyntaxError) -> Finding:
-    line = exc.lineno or 1
-    col = exc.offset or 1
-    return Finding(display, line, col, "syntax-error", f"syntax error: {exc.msg}", "")
+    line = max(exc.lineno or 1, 1)
+    return Finding(display, line, _col(exc), "syntax-error", f"syntax error: {exc.msg}", "")
+
+
+def _col(exc: SyntaxError) -> int:
+    return max(exc.offset or 1, 1)  # an encoding error has offset -1
