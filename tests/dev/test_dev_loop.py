@@ -241,6 +241,46 @@ def test_long_chains_python_runs_reload_and_one_too_deep_to_analyse_is_a_note(
     assert dev.stop() == 0
 
 
+def test_a_module_the_new_code_imports_is_checked_by_that_reload_and_later_ones(
+    project: DevProject,
+) -> None:
+    project.write("flows.py", GREET)
+    dev = project.dev("flows.py")
+    dev.wait("checked", initial="yes")
+    # A byte that is not UTF-8 in a comment: Python imports it. Was: this reload went
+    # through, then every later one was kept with "helper.py:1:1: cannot decode file".
+    (project.root / "helper.py").write_bytes(b"import wf\n# caf\xe9\nX = 1\n")
+    mark = dev.count()
+    project.edit("flows.py", "import wf", "import helper\nimport wf")
+    dev.wait("reloaded", after=mark, generation="2")
+    mark = dev.count()
+    project.edit("flows.py", "hello {name}", "howdy {name}")
+    dev.wait("reloaded", after=mark, generation="3")
+
+    # A module the new code brings in is checked before it serves (was: not checked then,
+    # and its finding, new at the next reload, blocked an unrelated edit).
+    project.write("clock.py", "import time\n\n\ndef stamp() -> float:\n    return time.time()\n")
+    mark = dev.count()
+    flows = (project.root / "flows.py").read_text()
+    flows = flows.replace("import helper", "import clock\nimport helper")
+    flows = flows.replace("return await", "clock.stamp()\n    return await")
+    project.write("flows.py", flows)
+    _, kept = dev.wait("kept", after=mark, generation="3")
+    assert kept["reason"].startswith("clock.py:5:12: WF101 ")
+    assert not [kind for kind, _ in dev.events()[mark:] if kind == "reloaded"]
+
+    # A runner module gone is said, whatever else the check found (was: only the check's).
+    mark = dev.count()
+    (project.root / "helper.py").write_text("X = (\n")
+    _, kept = dev.wait("kept", after=mark, generation="3")
+    assert kept["reason"].startswith("helper.py:1:")
+    mark = dev.count()
+    (project.root / "flows.py").rename(project.root / "flows_renamed.py")
+    _, kept = dev.wait("kept", after=mark, generation="3")
+    assert kept["reason"] == "runner module flows is gone"
+    assert dev.stop() == 0
+
+
 def test_code_raising_keyboard_interrupt_at_import_is_an_import_error(
     project: DevProject,
 ) -> None:

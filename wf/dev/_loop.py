@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wf._exceptions import WFError
+from wf.check._files import resolved
 from wf.dev._checking import Checker, CheckOutcome
 from wf.dev._events import (
     ChangeSeen,
@@ -227,21 +228,23 @@ class DevLoop:
         saved = _last_save(changes)
         timings: dict[str, float] = {"detect": max(0.0, time.time() - saved)}
 
-        checked = await asyncio.to_thread(self.checker.check, self._check_scope(affected))
+        scope = self._check_scope(affected)
+        checked = await asyncio.to_thread(self.checker.check, scope)
         timings["check"] = checked.took
         report = self._checked(checked, initial=False)
         self.emit(report)
-        if checked.blocking:
-            self.emit(Kept(self.generation, _refusal(report)))
-            return
-
         missing = self.modules.missing_runners()
         if missing:
+            # Said first, whatever the check found: no check result would make it reload.
             # Checked before the drain: runs keep going on the serving code meanwhile.
             names = ", ".join(missing)
             self.emit(ImportFailed(f"runner module(s) {names} no longer exist", initial=False))
             self.emit(Kept(self.generation, f"runner module {missing[0]} is gone"))
             return
+        if checked.blocking:
+            self.emit(Kept(self.generation, _refusal(report)))
+            return
+
         # The new code is imported before the drain (and kept aside until after it), so code
         # that no longer imports refuses the reload without stopping anything.
         outcome = self.modules.prepare(affected)
@@ -253,6 +256,19 @@ class DevLoop:
             else:
                 self.emit(Kept(self.generation, "the new code does not import"))
             return
+        # Modules the new code imports for the first time were not among the checked files:
+        # check them now, before they serve, as every later reload will.
+        asked = {resolved(p) for p in scope}
+        pulled = [f for f in outcome.files() if f not in asked]
+        if pulled:
+            scope = self._check_scope([*affected, *pulled])
+            checked = await asyncio.to_thread(self.checker.check, scope)
+            timings["check"] += checked.took
+            report = self._checked(checked, initial=False)
+            self.emit(report)
+            if checked.blocking:
+                self.emit(Kept(self.generation, _refusal(report)))
+                return
 
         drained = await self.host.drain()
         timings["drain"] = drained.took

@@ -65,6 +65,12 @@ class ReloadOutcome:
     stuck: bool = False
     """The import did not return within the wait (or by a stop signal): interrupted."""
 
+    def files(self) -> list[Path]:
+        """The files of the project modules a prepared reload imported (those the new code is
+        made of, including any it imports for the first time)."""
+        found = [getattr(m, "__file__", None) for m in self._fresh.values()]
+        return [resolved(Path(f)) for f in found if isinstance(f, str)]
+
 
 _LOOK_EVERY = 0.25
 """Seconds between two looks at an import that runs (whether its wait ran out, or a stop
