@@ -36,7 +36,7 @@ def analyze(project: Project) -> tuple[list[Finding], list[Finding]]:
     scopes = _workflow_code(project, declarations)
     for scope, context in scopes.items():
         try:
-            check_workflow_code(scope, sink, context, project)
+            check_workflow_code(scope, sink, context, project, scopes)
         except RecursionError:
             sink.too_deep(scope)
     check_branches(scopes, project, declarations, sink)

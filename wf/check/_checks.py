@@ -7,6 +7,7 @@ either. Everything a rule needs was filed under the scope by the indexer.
 from __future__ import annotations
 
 import ast
+from collections.abc import Collection
 
 from wf.check._config import suppressed
 from wf.check._index import ModuleIndex, Scope, too_deep
@@ -83,12 +84,19 @@ def spell(expr: ast.expr, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_workflow_code(scope: Scope, sink: Sink, context: str, project: Project) -> None:
+def check_workflow_code(
+    scope: Scope,
+    sink: Sink,
+    context: str,
+    project: Project,
+    workflow_code: Collection[Scope] = (),
+) -> None:
     """Apply the workflow-code rules to the statements filed directly under ``scope``.
 
     ``context`` is appended to messages, naming the workflow when ``scope`` is a helper, so
     that a finding far from any ``@wf.workflow`` explains why it is there. ``project``: the
-    checked modules, to tell what an imported name holds (WF404).
+    checked modules, to tell what an imported name holds (WF404). ``workflow_code``: every
+    scope of workflow code, whose locals a replay makes afresh (``nonlocal`` on one is fine).
     """
     module = scope.module
     # Arguments of sorted(), len(), set()...: a set consumed there cannot leak its order.
@@ -115,9 +123,17 @@ def check_workflow_code(scope: Scope, sink: Sink, context: str, project: Project
             message = _SET_MESSAGE.format(name=spell(iterable))
             sink.add(module, iterable, "WF304", message + context)
     for stmt in scope.scope_stmts:
+        names = stmt.names
+        if isinstance(stmt, ast.Nonlocal):
+            # A local of the workflow (or of workflow code it calls) is run state: every
+            # replay runs that code again and makes it afresh. Only a closure that outlives
+            # the call (a factory's) is shared.
+            names = [n for n in names if _enclosing_binder(n, scope) not in workflow_code]
+            if not names:
+                continue
         keyword = "global" if isinstance(stmt, ast.Global) else "nonlocal"
         message = (
-            f"`{keyword} {', '.join(stmt.names)}` shares state outside the run; it is not "
+            f"`{keyword} {', '.join(names)}` shares state outside the run; it is not "
             "recorded, so a replay in another process starts from a different value"
         )
         sink.add(module, stmt, "WF404", message + context)
@@ -127,6 +143,16 @@ def check_workflow_code(scope: Scope, sink: Sink, context: str, project: Project
         _check_try(try_, scope, sink, context)
     for with_ in scope.withs:
         _check_suppress(with_, scope, sink, context)
+
+
+def _enclosing_binder(name: str, scope: Scope) -> Scope | None:
+    """The enclosing function scope a ``nonlocal name`` in ``scope`` refers to."""
+    current = scope.parent
+    while current is not None and current.kind != "module":
+        if current.kind != "class" and current.binds(name):
+            return current
+        current = current.parent
+    return None
 
 
 def _check_mutation(
