@@ -60,9 +60,7 @@ class Workflow(Generic[P, R]):
         retention: Retention = STORE_WIDE,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
-            raise UsageError(
-                f"@wf.workflow needs an async def; {fn.__qualname__!r} is a plain function"
-            )
+            raise UsageError(_not_a_coroutine(fn))
         self.fn = fn
         if name is not None:
             check_name("a workflow name", name)  # journal text, a key in every store
@@ -298,3 +296,17 @@ def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
         hint = f" (tried importing {target!r})" if target else ""
         raise WorkflowNotFound(f"no workflow named {name!r} is declared in this process{hint}")
     return found
+
+
+def _not_a_coroutine(fn: Callable[..., Any]) -> str:
+    """Why ``@wf.workflow`` refuses ``fn``, naming what it is."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    if inspect.isasyncgenfunction(fn):
+        return (
+            f"@wf.workflow needs an async def that returns its result; {name!r} is an async "
+            "generator (it yields): return the result (to send values as it runs, write them "
+            "with wf.stream_writer())"
+        )
+    if inspect.isgeneratorfunction(fn):
+        return f"@wf.workflow needs an async def; {name!r} is a generator function"
+    return f"@wf.workflow needs an async def; {name!r} is a plain function"
