@@ -113,8 +113,8 @@ _RULE_LIST = [
     Rule(
         "WF501",
         "sync-workflow",
-        "declares a workflow with a plain `def`",
-        "declare it with `async def`",
+        "declares a workflow with a plain `def`, or an `async def` that yields",
+        "declare it with `async def`, and return its result",
     ),
     Rule(
         "WF502",

@@ -305,7 +305,7 @@ def _not_a_coroutine(fn: Callable[..., Any]) -> str:
         return (
             f"@wf.workflow needs an async def that returns its result; {name!r} is an async "
             "generator (it yields): return the result (to send values as it runs, write them "
-            "with wf.stream_writer())"
+            "from a step with wf.stream_writer())"
         )
     if inspect.isgeneratorfunction(fn):
         return f"@wf.workflow needs an async def; {name!r} is a generator function"
