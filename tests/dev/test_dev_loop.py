@@ -238,6 +238,11 @@ def test_long_chains_python_runs_reload_and_one_too_deep_to_analyse_is_a_note(
     assert note["message"].startswith("not analysed: nested too deeply")
     dev.wait("reloaded", after=mark, generation="2")
     assert not [kind for kind, _ in dev.events()[mark:] if kind == "kept"]
+    # Shown once, like a known finding: the next reload does not repeat it.
+    mark = dev.count()
+    project.edit("flows.py", "hello {name}", "howdy {name}")
+    dev.wait("reloaded", after=mark, generation="3")
+    assert not [kind for kind, _ in dev.events()[mark:] if kind == "check-note"]
     assert dev.stop() == 0
 
 

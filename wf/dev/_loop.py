@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from wf._exceptions import WFError
+from wf.check import Finding
 from wf.check._files import resolved
 from wf.dev._checking import Checker, CheckOutcome
 from wf.dev._events import (
@@ -101,6 +102,8 @@ class DevLoop:
             stop_asked=lambda: self._stop.is_set() or self.stop_asked(),
         )
         self.checker = Checker(self.root)
+        # Notes (code too deep to analyse) already shown, by place: each is shown once.
+        self._noted: set[tuple[str, int, int, str]] = set()
         self.engine = DevEngine(store, self.emit)
         self.host = WorkerHost(
             self.engine,
@@ -334,8 +337,13 @@ class DevLoop:
             took=outcome.took,
             initial=initial,
             config_error=outcome.config_error,
-            notes=[shown[id(f)] for f in result.notes],
+            notes=self._unseen([shown[id(f)] for f in result.notes]),
         )
+
+    def _unseen(self, notes: list[Finding]) -> list[Finding]:
+        fresh = [n for n in notes if (n.path, n.line, n.col, n.message) not in self._noted]
+        self._noted.update((n.path, n.line, n.col, n.message) for n in fresh)
+        return fresh
 
     async def _start_requested_run(self) -> None:
         target = self.options.run
