@@ -29,7 +29,7 @@ def check_workflows(declarations: Declarations, sink: Sink) -> None:
                 "suspends them at `await`s, so it must be `async def`"
             )
             sink.add(scope.module, fn, "WF501", message)
-        elif _yields(fn):
+        elif scope.yields:
             message = (
                 f"workflow `{name}` is an async generator (it yields); a workflow returns its "
                 "result, and `@wf.workflow` refuses it when the module is imported"
@@ -108,18 +108,6 @@ def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef, skip_first: bool) ->
     every.extend(args.kwonlyargs)
     every.extend(a for a in (args.vararg, args.kwarg) if a is not None)
     return every
-
-
-def _yields(fn: ast.AsyncFunctionDef) -> bool:
-    """Whether ``fn`` itself (not a function nested in it) holds a ``yield``."""
-    pending: list[ast.AST] = list(fn.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Yield | ast.YieldFrom):
-            return True
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-            pending.extend(ast.iter_child_nodes(node))
-    return False
 
 
 def _is_method(scope: Scope) -> bool:

@@ -57,6 +57,8 @@ class Scope:
     scope_stmts: list[ast.Global | ast.Nonlocal] = field(default_factory=list)
     children: list[Scope] = field(default_factory=list)
     is_static: bool = False
+    # Whether the scope's own code holds a `yield` (a function scope: it is a generator).
+    yields: bool = False
     # `from x import *` sources, in import order (module scope only: Python allows no other).
     star_imports: list[str] = field(default_factory=list)
     # Where the definition sits among exclusive branches: ((id of if/try/match, arm), ...).
@@ -166,6 +168,8 @@ class _Indexer:
             ast.GeneratorExp: self.comprehension,
             ast.DictComp: self.comprehension,
             ast.If: self.if_,
+            ast.Yield: self.yield_,
+            ast.YieldFrom: self.yield_,
             ast.BinOp: self.bin_op,
             ast.Try: self.try_,
             ast.TryStar: self.try_,
@@ -327,6 +331,10 @@ class _Indexer:
                 break
             node = orelse[0]
         self.branch = outer
+
+    def yield_(self, node: ast.Yield | ast.YieldFrom, scope: Scope) -> None:
+        scope.yields = True
+        self.generic(node, scope)
 
     def bin_op(self, node: ast.BinOp, scope: Scope) -> None:
         # `a + b + c + ...` nests to the left: walked in a loop, in source order.
