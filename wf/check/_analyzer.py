@@ -34,9 +34,10 @@ def analyze(project: Project) -> tuple[list[Finding], list[Finding]]:
     check_awaits(project, declarations, sink)
     check_uncalled_awaits(project, declarations, sink)
     scopes = _workflow_code(project, declarations)
+    bodies = _workflow_bodies(scopes, declarations)
     for scope, context in scopes.items():
         try:
-            check_workflow_code(scope, sink, context, project, scopes)
+            check_workflow_code(scope, sink, context, project, bodies)
         except RecursionError:
             sink.too_deep(scope)
     check_branches(scopes, project, declarations, sink)
@@ -69,6 +70,23 @@ def _workflow_code(project: Project, declarations: Declarations) -> dict[Scope, 
         scope: f" (in `{scope.qualname}`, called from workflow `{workflow}`)" if via_call else ""
         for scope, (workflow, via_call) in reached.items()
     }
+
+
+def _workflow_bodies(scopes: dict[Scope, str], declarations: Declarations) -> set[Scope]:
+    """The workflows and the functions nested in their bodies: scopes every run makes afresh.
+
+    A helper a workflow calls is not one: a factory may also be called at import time, and a
+    closure it makes then outlives every run.
+    """
+    bodies: set[Scope] = set()
+    for scope in scopes:
+        current: Scope | None = scope
+        while current is not None and current.kind != "module":
+            if declarations.kind(current) == "workflow":
+                bodies.add(scope)
+                break
+            current = current.parent
+    return bodies
 
 
 def _callees(scope: Scope, project: Project) -> list[Scope]:

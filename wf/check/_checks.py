@@ -89,14 +89,15 @@ def check_workflow_code(
     sink: Sink,
     context: str,
     project: Project,
-    workflow_code: Collection[Scope] = (),
+    workflow_bodies: Collection[Scope] = (),
 ) -> None:
     """Apply the workflow-code rules to the statements filed directly under ``scope``.
 
     ``context`` is appended to messages, naming the workflow when ``scope`` is a helper, so
     that a finding far from any ``@wf.workflow`` explains why it is there. ``project``: the
-    checked modules, to tell what an imported name holds (WF404). ``workflow_code``: every
-    scope of workflow code, whose locals a replay makes afresh (``nonlocal`` on one is fine).
+    checked modules, to tell what an imported name holds (WF404). ``workflow_bodies``: the
+    workflows and the functions nested in them, whose locals every run makes afresh
+    (``nonlocal`` on one is fine).
     """
     module = scope.module
     # Arguments of sorted(), len(), set()...: a set consumed there cannot leak its order.
@@ -125,10 +126,10 @@ def check_workflow_code(
     for stmt in scope.scope_stmts:
         names = stmt.names
         if isinstance(stmt, ast.Nonlocal):
-            # A local of the workflow (or of workflow code it calls) is run state: every
-            # replay runs that code again and makes it afresh. Only a closure that outlives
-            # the call (a factory's) is shared.
-            names = [n for n in names if _enclosing_binder(n, scope) not in workflow_code]
+            # A local of the workflow (or of a function nested in its body) is run state:
+            # every replay makes it afresh. A helper's local is not: the helper may be a
+            # factory also called at import time (or cached), whose closure outlives the run.
+            names = [n for n in names if _enclosing_binder(n, scope) not in workflow_bodies]
             if not names:
                 continue
         keyword = "global" if isinstance(stmt, ast.Global) else "nonlocal"
