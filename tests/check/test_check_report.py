@@ -343,3 +343,52 @@ def test_code_nested_past_what_the_analyzer_walks_is_a_note_not_an_error(
     clean = check_paths([tmp_path], CheckConfig(ignore=frozenset({"WF101"})))
     assert format_text(clean).endswith("All checks passed (1 file); 1 note")
     assert clean.exit_code == 0
+
+
+_CHAIN = "x" + ".real" * 1200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"    x = n\n    return {_CHAIN}()\n",
+        f"    x = n\n    return await {_CHAIN}\n",
+        f"    return helper(n)\n\n\ndef helper(x):\n    return {_CHAIN}()\n",
+    ],
+    ids=["called", "awaited", "in-helper"],
+)
+def test_a_long_attribute_chain_is_no_crash(tmp_path: Path, body: str) -> None:
+    # Each `.attr` used to be a recursive call of the resolver, past Python's recursion limit.
+    source = f"import wf\n\n\n@wf.workflow\nasync def chain(n: int):\n{body}"
+    compile(source, "chain.py", "exec")
+    (tmp_path / "chain.py").write_text(source)
+    (tmp_path / "other.py").write_text(FLOW)
+    result = check_paths([tmp_path])
+    assert result.errors == []
+    assert [(Path(f.path).name, f.code) for f in result.findings] == [("other.py", "WF101")]
+
+
+@pytest.mark.parametrize(
+    "where", ["_awaits._operation", "_awaits.resolve_expr", "_analyzer._callees"]
+)
+def test_a_pass_too_deep_for_one_workflow_is_a_note_for_it(
+    tmp_path: Path, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whatever pass runs out of stack on one workflow, that workflow gets a note and the
+    # rest of the project is still checked: never a crash of the whole check.
+    import importlib
+
+    module_name, _, attr = where.partition(".")
+    module = importlib.import_module(f"wf.check.{module_name}")
+
+    def deep(*args: object, **kwargs: object) -> object:
+        raise RecursionError
+
+    monkeypatch.setattr(module, attr, deep)
+    source = "import wf\n\n\n@wf.workflow\nasync def chain(n: int):\n    f()\n    await f\n"
+    (tmp_path / "chain.py").write_text(source)
+    (tmp_path / "other.py").write_text(FLOW)
+    result = check_paths([tmp_path / "chain.py", tmp_path / "other.py"])
+    assert result.errors == []
+    assert {(Path(n.path).name, n.line) for n in result.notes} >= {("chain.py", 5)}
+    assert [(Path(f.path).name, f.code) for f in result.findings] == [("other.py", "WF101")]

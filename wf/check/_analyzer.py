@@ -33,18 +33,16 @@ def analyze(project: Project) -> tuple[list[Finding], list[Finding]]:
     check_steps(declarations, sink)
     check_awaits(project, declarations, sink)
     check_uncalled_awaits(project, declarations, sink)
-    scopes = _workflow_code(project, declarations)
+    scopes = _workflow_code(project, declarations, sink)
     bodies = _workflow_bodies(scopes, declarations)
     for scope, context in scopes.items():
-        try:
+        with sink.guarded(scope):
             check_workflow_code(scope, sink, context, project, bodies)
-        except RecursionError:
-            sink.too_deep(scope)
     check_branches(scopes, project, declarations, sink)
     return sink.findings(), sink.notes()
 
 
-def _workflow_code(project: Project, declarations: Declarations) -> dict[Scope, str]:
+def _workflow_code(project: Project, declarations: Declarations, sink: Sink) -> dict[Scope, str]:
     """Scopes of workflow code, each with the message suffix that explains why it counts."""
     # scope -> (name of the first workflow found to reach it, reached through a call?)
     reached: dict[Scope, tuple[str, bool]] = {}
@@ -62,7 +60,10 @@ def _workflow_code(project: Project, declarations: Declarations) -> dict[Scope, 
             if child.kind != "class" and declarations.kind(child) is None and child not in reached:
                 reached[child] = (workflow, via_call)
                 queue.append(child)
-        for callee in _callees(scope, project):
+        callees: list[Scope] = []
+        with sink.guarded(scope):
+            callees = _callees(scope, project)
+        for callee in callees:
             if declarations.kind(callee) is None and callee not in reached:
                 reached[callee] = (workflow, True)
                 queue.append(callee)

@@ -59,22 +59,33 @@ def check_awaits(project: Project, declarations: Declarations, sink: Sink) -> No
         fn = scope.function
         if declared.kind != "workflow" or not isinstance(fn, ast.AsyncFunctionDef):
             continue
-        calls, parents = _calls_with_parents(fn)
-        deferred = _deferred_names(fn, parents)
-        for call, parent in calls:
-            use = _misuse(call, parent, deferred)
-            if use is None:
-                continue
-            what = _operation(call, scope, project, declarations)
-            if what is None:
-                continue
-            sink.add(
-                scope.module,
-                call,
-                "WF504",
-                f"{what} is called without `await`: it {use}, and the workflow gets an "
-                "operation object instead of its result",
-            )
+        with sink.guarded(scope):
+            _check_awaits(fn, scope, project, declarations, sink)
+
+
+def _check_awaits(
+    fn: ast.AsyncFunctionDef,
+    scope: Scope,
+    project: Project,
+    declarations: Declarations,
+    sink: Sink,
+) -> None:
+    calls, parents = _calls_with_parents(fn)
+    deferred = _deferred_names(fn, parents)
+    for call, parent in calls:
+        use = _misuse(call, parent, deferred)
+        if use is None:
+            continue
+        what = _operation(call, scope, project, declarations)
+        if what is None:
+            continue
+        sink.add(
+            scope.module,
+            call,
+            "WF504",
+            f"{what} is called without `await`: it {use}, and the workflow gets an "
+            "operation object instead of its result",
+        )
 
 
 def check_uncalled_awaits(project: Project, declarations: Declarations, sink: Sink) -> None:
@@ -83,22 +94,33 @@ def check_uncalled_awaits(project: Project, declarations: Declarations, sink: Si
         fn = scope.function
         if declared.kind != "workflow" or not isinstance(fn, ast.AsyncFunctionDef):
             continue
-        for node in _own_nodes(fn):
-            if not isinstance(node, ast.Await) or isinstance(node.value, ast.Call):
-                continue
-            qualname = resolve_expr(node.value, scope)
-            target = None if qualname is None else project.lookup(qualname, scope.module)
-            kind = None if target is None else declarations.kind(target)
-            if target is None or kind is None:
-                continue
-            short = target.qualname.rpartition(".")[2]
-            sink.add(
-                scope.module,
-                node,
-                "WF505",
-                f"{kind} `{target.qualname}` is awaited without being called; "
-                f"write `await {short}(...)`",
-            )
+        with sink.guarded(scope):
+            _check_uncalled_awaits(fn, scope, project, declarations, sink)
+
+
+def _check_uncalled_awaits(
+    fn: ast.AsyncFunctionDef,
+    scope: Scope,
+    project: Project,
+    declarations: Declarations,
+    sink: Sink,
+) -> None:
+    for node in _own_nodes(fn):
+        if not isinstance(node, ast.Await) or isinstance(node.value, ast.Call):
+            continue
+        qualname = resolve_expr(node.value, scope)
+        target = None if qualname is None else project.lookup(qualname, scope.module)
+        kind = None if target is None else declarations.kind(target)
+        if target is None or kind is None:
+            continue
+        short = target.qualname.rpartition(".")[2]
+        sink.add(
+            scope.module,
+            node,
+            "WF505",
+            f"{kind} `{target.qualname}` is awaited without being called; "
+            f"write `await {short}(...)`",
+        )
 
 
 def _own_nodes(fn: ast.AsyncFunctionDef) -> list[ast.AST]:

@@ -7,7 +7,8 @@ either. Everything a rule needs was filed under the scope by the indexer.
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 
 from wf.check._config import suppressed
 from wf.check._index import ModuleIndex, Scope, too_deep
@@ -49,6 +50,14 @@ class Sink:
         if isinstance(node, ast.stmt | ast.expr):
             note = too_deep(scope.module, node)
             self._notes.setdefault((note.path, note.line, note.col), note)
+
+    @contextmanager
+    def guarded(self, scope: Scope) -> Iterator[None]:
+        """Run a pass over ``scope``; running out of stack there is a note on it, not a crash."""
+        try:
+            yield
+        except RecursionError:
+            self.too_deep(scope)
 
     def notes(self) -> list[Finding]:
         """The notes recorded, in report order."""

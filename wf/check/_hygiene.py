@@ -21,27 +21,28 @@ def check_workflows(declarations: Declarations, sink: Sink) -> None:
         fn = scope.function
         if declared.kind != "workflow" or fn is None:
             continue
-        name = declarations.workflow_name(scope)
-        by_name[name].append(scope)
-        if isinstance(fn, ast.FunctionDef):
-            message = (
-                f"workflow `{name}` is a plain `def`; wf drives workflows as coroutines and "
-                "suspends them at `await`s, so it must be `async def`"
-            )
-            sink.add(scope.module, fn, "WF501", message)
-        elif scope.yields:
-            message = (
-                f"workflow `{name}` is an async generator (it yields); a workflow returns its "
-                "result, and `@wf.workflow` refuses it when the module is imported"
-            )
-            sink.add(scope.module, fn, "WF501", message)
-        for arg in _parameters(fn, skip_first=_is_method(scope)):
-            if arg.annotation is None:
+        with sink.guarded(scope):
+            name = declarations.workflow_name(scope)
+            by_name[name].append(scope)
+            if isinstance(fn, ast.FunctionDef):
                 message = (
-                    f"workflow parameter `{arg.arg}` has no type annotation; wf validates and "
-                    "decodes run input by the annotations, so without one it stays raw JSON"
+                    f"workflow `{name}` is a plain `def`; wf drives workflows as coroutines and "
+                    "suspends them at `await`s, so it must be `async def`"
                 )
-                sink.add(scope.module, arg, "WF503", message)
+                sink.add(scope.module, fn, "WF501", message)
+            elif scope.yields:
+                message = (
+                    f"workflow `{name}` is an async generator (it yields); a workflow returns its "
+                    "result, and `@wf.workflow` refuses it when the module is imported"
+                )
+                sink.add(scope.module, fn, "WF501", message)
+            for arg in _parameters(fn, skip_first=_is_method(scope)):
+                if arg.annotation is None:
+                    message = (
+                        f"workflow parameter `{arg.arg}` has no type annotation; wf validates and "
+                        "decodes run input by the annotations, so without one it stays raw JSON"
+                    )
+                    sink.add(scope.module, arg, "WF503", message)
     for name, scopes in by_name.items():
         if len(scopes) < 2:
             continue
@@ -71,25 +72,26 @@ def check_steps(declarations: Declarations, sink: Sink) -> None:
         fn = scope.function
         if declared.kind != "step" or fn is None or scope.parent is None:
             continue
-        if scope.parent.kind == "class" and _is_method(scope) and _parameters(fn, False):
-            first = _parameters(fn, False)[0].arg
-            message = (
-                f"step `{scope.qualname}` is an instance method; wf records a step's "
-                f"arguments as JSON, and `{first}` is an object it cannot record or rebuild"
-            )
-            sink.add(scope.module, fn, "WF403", message)
-        enclosing = _enclosing_function(scope)
-        if enclosing is None:
-            continue
-        captured = sorted(_free_names(scope) & _outer_names(enclosing))
-        if captured:
-            names = ", ".join(f"`{n}`" for n in captured)
-            message = (
-                f"step `{fn.name}` captures {names} from `{enclosing.qualname}`; wf records "
-                "a step's arguments, not its closure, so those inputs are invisible to the "
-                "journal and to retries"
-            )
-            sink.add(scope.module, fn, "WF402", message)
+        with sink.guarded(scope):
+            if scope.parent.kind == "class" and _is_method(scope) and _parameters(fn, False):
+                first = _parameters(fn, False)[0].arg
+                message = (
+                    f"step `{scope.qualname}` is an instance method; wf records a step's "
+                    f"arguments as JSON, and `{first}` is an object it cannot record or rebuild"
+                )
+                sink.add(scope.module, fn, "WF403", message)
+            enclosing = _enclosing_function(scope)
+            if enclosing is None:
+                continue
+            captured = sorted(_free_names(scope) & _outer_names(enclosing))
+            if captured:
+                names = ", ".join(f"`{n}`" for n in captured)
+                message = (
+                    f"step `{fn.name}` captures {names} from `{enclosing.qualname}`; wf records "
+                    "a step's arguments, not its closure, so those inputs are invisible to the "
+                    "journal and to retries"
+                )
+                sink.add(scope.module, fn, "WF402", message)
 
 
 def _alternatives(a: Scope, b: Scope) -> bool:

@@ -98,12 +98,17 @@ def _is_method(scope: Scope) -> bool:
 
 def resolve_expr(expr: ast.expr, scope: Scope, depth: int = 0) -> str | None:
     """The dotted name a ``Name`` or ``a.b.c`` attribute chain refers to, if it can be known."""
-    if isinstance(expr, ast.Name):
-        return resolve_name(expr.id, scope, depth)
-    if isinstance(expr, ast.Attribute):
-        base = resolve_expr(expr.value, scope, depth)
-        return None if base is None else f"{base}.{expr.attr}"
-    return None
+    # A loop, not a recursion per `.attr`: a chain may be thousands of attributes long.
+    attrs: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        attrs.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    base = resolve_name(expr.id, scope, depth)
+    if base is None or not attrs:
+        return base
+    return ".".join([base, *reversed(attrs)])
 
 
 def is_wf_api(qualname: str | None, attr: str) -> bool:
