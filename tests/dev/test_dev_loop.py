@@ -273,15 +273,20 @@ def test_a_module_the_new_code_imports_is_checked_by_that_reload_and_later_ones(
     _, kept = dev.wait("kept", after=mark, generation="3")
     assert kept["reason"].startswith("clock.py:5:12: WF101 ")
     assert not [kind for kind, _ in dev.events()[mark:] if kind == "reloaded"]
+    # Fixing that module (which nothing serving imports yet) reloads (was: not counted as
+    # affecting anything, so the fix never served).
+    mark = dev.count()
+    project.write("clock.py", "def stamp() -> float:\n    return 0.0\n")
+    dev.wait("reloaded", after=mark, generation="4")
 
     # A runner module gone is said, whatever else the check found (was: only the check's).
     mark = dev.count()
     (project.root / "helper.py").write_text("X = (\n")
-    _, kept = dev.wait("kept", after=mark, generation="3")
+    _, kept = dev.wait("kept", after=mark, generation="4")
     assert kept["reason"].startswith("helper.py:1:")
     mark = dev.count()
     (project.root / "flows.py").rename(project.root / "flows_renamed.py")
-    _, kept = dev.wait("kept", after=mark, generation="3")
+    _, kept = dev.wait("kept", after=mark, generation="4")
     assert kept["reason"] == "runner module flows is gone"
     assert dev.stop() == 0
 

@@ -208,6 +208,7 @@ class DevLoop:
         try:
             await self._on_change(changes)
         except Exception as exc:
+            self.modules.refused()
             self.emit(Kept(self.generation, f"reload failed: {type(exc).__name__}: {exc}"))
             if not self.host.running:
                 self.host.start()
@@ -242,9 +243,11 @@ class DevLoop:
             # Checked before the drain: runs keep going on the serving code meanwhile.
             names = ", ".join(missing)
             self.emit(ImportFailed(f"runner module(s) {names} no longer exist", initial=False))
+            self.modules.refused()
             self.emit(Kept(self.generation, f"runner module {missing[0]} is gone"))
             return
         if checked.blocking:
+            self.modules.refused()
             self.emit(Kept(self.generation, _refusal(report)))
             return
 
@@ -254,6 +257,7 @@ class DevLoop:
         timings["import"] = outcome.took
         if not outcome.ok:
             self.emit(ImportFailed(outcome.error or "import failed", initial=False))
+            self.modules.refused()
             if outcome.stuck:
                 self.emit(Kept(self.generation, "the new code's import did not return"))
             else:
@@ -270,6 +274,7 @@ class DevLoop:
             report = self._checked(checked, initial=False)
             self.emit(report)
             if checked.blocking:
+                self.modules.refused()
                 self.emit(Kept(self.generation, _refusal(report)))
                 return
 

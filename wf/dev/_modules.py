@@ -111,6 +111,7 @@ class ProjectModules:
         self.import_wait = import_wait
         self.stop_asked = stop_asked
         """Whether a stop signal came: an import is waited for no longer then."""
+        self._refused = False
 
     # -- what belongs to the project --------------------------------------------------------
 
@@ -174,14 +175,20 @@ class ProjectModules:
         """False while a runner module failed to import (any change may fix it)."""
         return all(name in sys.modules for name in self.runners)
 
+    def refused(self) -> None:
+        """A reload was refused: until one goes through, any project file may be what it
+        needs (a module only the refused code imports is loaded by nothing that serves)."""
+        self._refused = True
+
     def affected(self, paths: Iterable[Path]) -> list[Path]:
         """The changed files a reload must pick up: loaded project files and runner files.
 
         Any other change (a test, a script, a new file nothing imports yet) leaves the running
-        code as it is; while a runner module failed to import, every project file counts.
+        code as it is; while a runner module failed to import, or since a reload was refused,
+        every project file counts.
         """
         interesting = set(self.loaded_files()) | set(self.runner_files())
-        retry = not self.all_runners_loaded()
+        retry = self._refused or not self.all_runners_loaded()
         return [p for p in paths if resolved(p) in interesting or (retry and self.owns_file(p))]
 
     # -- importing --------------------------------------------------------------------------
@@ -276,6 +283,7 @@ class ProjectModules:
                 del _workflow._registry[key]
         sys.modules.update(prepared._fresh)
         _workflow._registry.update(prepared._declared)
+        self._refused = False
         linecache.checkcache()  # divergence messages and tracebacks show the new lines
 
     def _serve(self, old: dict[str, types.ModuleType], registry: dict[str, Any]) -> None:
