@@ -264,15 +264,23 @@ def test_a_module_the_new_code_imports_is_checked_by_that_reload_and_later_ones(
 
     # A module the new code brings in is checked before it serves (was: not checked then,
     # and its finding, new at the next reload, blocked an unrelated edit).
-    project.write("clock.py", "import time\n\n\ndef stamp() -> float:\n    return time.time()\n")
+    # Its import-time code (a thread, an atexit hook, a patch) must not run for a refused
+    # reload: it is found by its `import` line and checked before the new code is imported.
+    ran = project.root / "clock_ran"
+    project.write(
+        "clock.py",
+        "import pathlib\nimport time\n\npathlib.Path(__file__).with_name('clock_ran').touch()\n\n"
+        "\ndef stamp() -> float:\n    return time.time()\n",
+    )
     mark = dev.count()
     flows = (project.root / "flows.py").read_text()
     flows = flows.replace("import helper", "import clock\nimport helper")
     flows = flows.replace("return await", "clock.stamp()\n    return await")
     project.write("flows.py", flows)
     _, kept = dev.wait("kept", after=mark, generation="3")
-    assert kept["reason"].startswith("clock.py:5:12: WF101 ")
+    assert kept["reason"].startswith("clock.py:8:12: WF101 ")
     assert not [kind for kind, _ in dev.events()[mark:] if kind == "reloaded"]
+    assert not ran.exists()
     # Fixing that module (which nothing serving imports yet) reloads (was: not counted as
     # affecting anything, so the fix never served).
     mark = dev.count()

@@ -327,6 +327,35 @@ def test_reload_picks_up_dependencies_and_forgets_deleted_workflows(
     assert registered(f"{name}.flows:say") is sys.modules[f"{name}.flows"].say
 
 
+def test_the_modules_new_code_imports_first_are_found_without_importing_them(
+    package: tuple[Path, str],
+) -> None:
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    assert modules.load().ok
+    write(folder / "sub" / "__init__.py", "from . import deep\n")
+    write(folder / "sub" / "deep.py", "import json\nfrom ..leaf import x\n")
+    write(folder / "leaf.py", "raise SystemExit('imported')\nx = 1\n")
+    write(folder / "lazy.py", "raise SystemExit('imported')\n")
+    write(folder / "dyn.py", "raise SystemExit('imported')\n")
+    flows = (folder / "flows.py").read_text()
+    write(
+        folder / "flows.py",
+        f"import importlib\nfrom {name} import sub\nfrom {name}.util import word as w\n"
+        f"importlib.import_module('{name}.dyn')\n"
+        f"def later():\n    import {name}.lazy\n" + flows,
+    )
+    found = modules.first_imports([folder / "flows.py"])
+    # Through `from pkg import sub`, a relative `from . import deep` and `from ..leaf`; not
+    # util (loaded already), not an import in a function body, not importlib's.
+    assert sorted(p.relative_to(folder).as_posix() for p in found) == [
+        "leaf.py",
+        "sub/__init__.py",
+        "sub/deep.py",
+    ]
+    assert f"{name}.leaf" not in sys.modules
+
+
 def test_a_runner_module_that_is_gone_is_found_before_any_drain(
     package: tuple[Path, str],
 ) -> None:

@@ -232,7 +232,12 @@ class DevLoop:
         saved = _last_save(changes)
         timings: dict[str, float] = {"detect": max(0.0, time.time() - saved)}
 
-        scope = self._check_scope(affected)
+        # Modules the new code imports for the first time are checked with it, before it is
+        # imported: their import-time code does not run for a reload that is refused.
+        new_imports = await asyncio.to_thread(
+            self.modules.first_imports, [*affected, *self.modules.runner_files()]
+        )
+        scope = self._check_scope([*affected, *new_imports])
         checked = await asyncio.to_thread(self.checker.check, scope)
         timings["check"] = checked.took
         report = self._checked(checked, initial=False)
@@ -263,8 +268,8 @@ class DevLoop:
             else:
                 self.emit(Kept(self.generation, "the new code does not import"))
             return
-        # Modules the new code imports for the first time were not among the checked files:
-        # check them now, before they serve, as every later reload will.
+        # Modules the new code imported for the first time that its import statements did
+        # not name (importlib.import_module): check them now, before they serve.
         asked = {resolved(p) for p in scope}
         pulled = [f for f in outcome.files() if f not in asked]
         if pulled:

@@ -22,6 +22,7 @@ interrupted so: only a second signal (or a kill) ends ``wf dev`` then.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import importlib
@@ -190,6 +191,55 @@ class ProjectModules:
         interesting = set(self.loaded_files()) | set(self.runner_files())
         retry = self._refused or not self.all_runners_loaded()
         return [p for p in paths if resolved(p) in interesting or (retry and self.owns_file(p))]
+
+    def first_imports(self, files: Iterable[Path]) -> list[Path]:
+        """Project files that ``files`` import, directly or through one another, and that are
+        not loaded now: what importing them would run for the first time.
+
+        Found from the ``import`` statements (those that run at import: not in a function's
+        body), without running anything; a dynamic import (``importlib.import_module``) is not
+        seen.
+        """
+        loaded = set(self.loaded_files())
+        queue = [resolved(Path(f)) for f in files]
+        seen = set(queue)
+        found: list[Path] = []
+        while queue:
+            for target in self._imported_files(queue.pop()):
+                if target in seen or target in loaded:
+                    continue  # an unchanged loaded file imports nothing new
+                seen.add(target)
+                found.append(target)
+                queue.append(target)
+        return found
+
+    def _imported_files(self, file: Path) -> list[Path]:
+        try:
+            tree = ast.parse(file.read_bytes())
+        except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+            return []  # the check reports it
+        found: list[Path] = []
+        for parts, base in _imports(tree, file):
+            for end in range(1, len(parts) + 1):  # `a.b.c` runs a, a.b and a.b.c
+                target = self._module_file(parts[:end], base)
+                if target is not None and target not in found:
+                    found.append(target)
+        return found
+
+    def _module_file(self, parts: Sequence[str], base: Path | None) -> Path | None:
+        """The project file of the module ``parts`` (relative to ``base`` for a relative
+        import, else found on ``sys.path`` as the import system would), if any."""
+        if base is not None:
+            dirs = [base]
+        else:
+            dirs = [Path(p or os.curdir) for p in [str(Path.cwd()), *sys.path]]
+        for directory in dirs:
+            stem = directory.joinpath(*parts)
+            for candidate in (stem / "__init__.py", stem.with_name(stem.name + ".py")):
+                if candidate.is_file():
+                    file = resolved(candidate)
+                    return file if self.owns_file(file) else None
+        return None  # not found, or a namespace package: no code of its own
 
     # -- importing --------------------------------------------------------------------------
 
@@ -390,6 +440,33 @@ def runner_name(spec: str) -> str:
         ensure_on_path(root)
         return name
     return spec
+
+
+def _imports(tree: ast.Module, file: Path) -> list[tuple[list[str], Path | None]]:
+    """The modules a file's import statements name (not those in function bodies): dotted
+    parts, and the directory a relative import starts from (None: an absolute one)."""
+    found: list[tuple[list[str], Path | None]] = []
+    todo: list[ast.AST] = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue  # runs when called, not at import
+        if isinstance(node, ast.Import):
+            found.extend((alias.name.split("."), None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module.split(".") if node.module else []
+            base = None
+            if node.level:
+                base = file.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+            if module:
+                found.append((module, base))
+            # `from pkg import name`: name may be a submodule
+            found.extend(([*module, a.name], base) for a in node.names if a.name != "*")
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _import_all(names: Sequence[str]) -> None:
