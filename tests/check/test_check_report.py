@@ -392,3 +392,15 @@ def test_a_pass_too_deep_for_one_workflow_is_a_note_for_it(
     assert result.errors == []
     assert {(Path(n.path).name, n.line) for n in result.notes} >= {("chain.py", 5)}
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("other.py", "WF101")]
+
+
+@pytest.mark.parametrize("literal", ['"C:\\Users\\me"', "'\\N{NO SUCH NAME}'"])
+def test_a_bad_escape_in_a_string_is_a_syntax_error_not_a_read_error(
+    tmp_path: Path, literal: str
+) -> None:
+    (tmp_path / "paths.py").write_text(f"x = 1\np = {literal}\n")
+    with pytest.raises(SyntaxError) as python:
+        compile((tmp_path / "paths.py").read_bytes(), "paths.py", "exec")
+    [error] = check_paths([tmp_path]).errors
+    assert (error.code, error.line) == ("syntax-error", 2) == ("syntax-error", python.value.lineno)
+    assert error.message == f"syntax error: {python.value.msg}"

@@ -199,8 +199,13 @@ def parse(
 
 
 def _undecodable(exc: SyntaxError) -> bool:
-    """Whether Python refused the bytes for their encoding (not for their syntax)."""
-    return exc.msg.startswith(("(unicode error)", "unknown encoding", "encoding problem"))
+    """Whether Python refused the bytes for their encoding (not for their syntax: a bad
+    escape in a string, `"C:\\Users"`, is a unicode error of the escape codecs)."""
+    if exc.msg.startswith(("unknown encoding", "encoding problem")):
+        return True
+    return exc.msg.startswith("(unicode error)") and not exc.msg.startswith(
+        ("(unicode error) 'unicodeescape'", "(unicode error) 'rawunicodeescape'")
+    )
 
 
 def _text(data: bytes) -> str:
