@@ -65,6 +65,8 @@ def check_source(
     """Check one module given as text; ``path`` is used in findings and to name the module.
 
     Raises :class:`CheckUsageError` (``path:line:col: syntax error: ...``) if it does not parse.
+    Only findings are returned: notes on code nested too deeply to analyse are not (use
+    :func:`check_paths`, whose ``CheckResult.notes`` has them).
     """
     config = _validated(config)
     name = Path(path).stem if path.endswith(".py") else path

@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 
 from wf.check._config import suppressed
-from wf.check._index import ModuleIndex, Scope, too_deep
+from wf.check._index import ModuleIndex, Scope
 from wf.check._infer import is_hash_ordered_set, is_loop, is_module_generator, is_path
 from wf.check._model import Finding
 from wf.check._resolve import Project, binding_scope, resolve_expr, resolve_name
@@ -48,7 +48,13 @@ class Sink:
         """Note that ``scope`` holds code nested too deeply to analyse (Python runs it)."""
         node = scope.node
         if isinstance(node, ast.stmt | ast.expr):
-            note = too_deep(scope.module, node)
+            module = scope.module
+            why = (
+                f"workflow code of `{scope.qualname}` partly analysed: nested too deeply for "
+                "wf check (Python runs it); the rules past that point are skipped for it"
+            )
+            col = module.column(node.lineno, node.col_offset)
+            note = Finding(module.path, node.lineno, col, "note", why, "")
             self._notes.setdefault((note.path, note.line, note.col), note)
 
     @contextmanager
