@@ -281,6 +281,8 @@ def test_a_module_the_new_code_imports_is_checked_by_that_reload_and_later_ones(
     assert kept["reason"].startswith("clock.py:8:12: WF101 ")
     assert not [kind for kind, _ in dev.events()[mark:] if kind == "reloaded"]
     assert not ran.exists()
+    # One check, so each finding is shown once (was: a second `checked` after the import).
+    assert [kind for kind, _ in dev.events()[mark:]].count("checked") == 1
     # Fixing that module (which nothing serving imports yet) reloads (was: not counted as
     # affecting anything, so the fix never served).
     mark = dev.count()
