@@ -15,7 +15,7 @@ import wf
 from wf import Engine, Worker
 from wf._config import retention_setting
 from wf.engine._retention import KEEP_FOREVER, sweep
-from wf.store import Store, lane_key, lane_of
+from wf.store import Store, collect_faults, lane_key, lane_of
 from wf.store.local import LocalStore, _fsops
 from wf.store.local._layout import SEP
 from wf.testing import MockClock
@@ -475,3 +475,32 @@ async def test_a_sweep_stops_at_a_page_that_makes_no_progress(
     mock_clock.jump(60)
     swept = await asyncio.wait_for(sweep(wf_engine, older_than=30, dry_run=True), 10)
     assert sorted(swept.deleted) == sorted(run.id for run in runs)
+
+
+@wf.workflow(retention="1s")
+async def kept_a_second(n: int) -> int:
+    return n
+
+
+@pytest.mark.stores("local", "postgres", "redis")  # memory: objects, no stored data to edit
+async def test_a_run_whose_retention_is_no_number_is_named_and_the_others_go(
+    wf_engine: Engine, engine_store: Store, mock_clock: MockClock
+) -> None:
+    """One run whose recorded retention is of the wrong kind (a stray edit: ``"1s"``) is
+    damaged, named and kept; the sweep deletes the others (it used to stop at it with a
+    TypeError, for every run), and ``verify`` names it."""
+    from tests.store.helpers import edit_record
+
+    runs = [await wf.start(kept_a_second, n) for n in range(5)]
+    for run in runs:
+        await run.result()
+    victim = runs[2].id
+    await edit_record(engine_store, victim, {"retention": "1s"})
+    mock_clock.jump(60)
+    with collect_faults() as met:
+        swept = await sweep(wf_engine)
+    assert sorted(swept.deleted) == sorted(r.id for r in runs if r.id != victim)
+    assert [(f.kind, f.item) for f in met] == [("run", victim)], met
+    assert "retention is not a number ('1s')" in met[0].reason
+    problems = await engine_store.verify()
+    assert any(victim in line and "retention is not a number" in line for line in problems)

@@ -25,6 +25,7 @@ from tests.store.helpers import (
     created,
     damage_local_run,
     damage_local_schedule,
+    edit_record,
     record,
     save,
     started,
@@ -69,6 +70,9 @@ class TestLocalStore(StoreConformance):
 
     async def damage_run(self, store: Store, run_id: str) -> None:
         damage_local_run(store, run_id)
+
+    async def edit_record(self, store: Store, run_id: str, changes: dict[str, Any]) -> None:
+        await edit_record(store, run_id, changes)
 
     async def damage_schedule(self, store: Store, schedule_id: str) -> None:
         damage_local_schedule(store, schedule_id)

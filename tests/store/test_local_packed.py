@@ -18,7 +18,14 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, damage_local_run, damage_local_schedule, save
+from tests.store.helpers import (
+    acquire,
+    created,
+    damage_local_run,
+    damage_local_schedule,
+    edit_record,
+    save,
+)
 from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import HookRecord, RunStatus, Store, collect_faults
 from wf.store.conformance import StoreConformance, event, log_entry
@@ -89,6 +96,9 @@ class TestPackedLocalStore(StoreConformance):
 
     async def damage_run(self, store: Store, run_id: str) -> None:
         damage_local_run(store, run_id)
+
+    async def edit_record(self, store: Store, run_id: str, changes: dict[str, Any]) -> None:
+        await edit_record(store, run_id, changes)
 
     async def damage_schedule(self, store: Store, schedule_id: str) -> None:
         damage_local_schedule(store, schedule_id)

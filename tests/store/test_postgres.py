@@ -32,6 +32,7 @@ from tests.store.helpers import (  # noqa: E402
     acquire,
     assert_refused_at_once,
     created,
+    edit_record,
     forking_holder,
     lease_loser,
     lose_the_lease_then_take_over,
@@ -117,6 +118,9 @@ class TestPostgresStore(StoreConformance):
                 f"UPDATE \"{self.schema}\".wf_runs SET record = 'null'::json WHERE id = %s",
                 [run_id],
             )
+
+    async def edit_record(self, store: Store, run_id: str, changes: dict[str, Any]) -> None:
+        await edit_record(store, run_id, changes)
 
     async def damage_schedule(self, store: Store, schedule_id: str) -> None:
         async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:

@@ -36,6 +36,7 @@ from tests.store.helpers import (  # noqa: E402
     assert_refused_at_once,
     created,
     drop_redis_keys,
+    edit_record,
     forking_holder,
     lose_the_lease_then_take_over,
     python,
@@ -110,6 +111,9 @@ class TestRedisStore(StoreConformance):
             client.hset(f"{self.prefix}r:{run_id}", "rec", b"{not json")
         finally:
             client.close()
+
+    async def edit_record(self, store: Store, run_id: str, changes: dict[str, Any]) -> None:
+        await edit_record(store, run_id, changes)
 
     async def damage_schedule(self, store: Store, schedule_id: str) -> None:
         client = raw_client()

@@ -213,13 +213,18 @@ _RECORD_KINDS: tuple[tuple[str, type], ...] = (
     ("cancel_requested", bool),
     *((name, dict) for name in ("error", "limits", "trace")),
     ("by_name", list),
+    ("retention", float),
 )
 """The type of each stored field a reader relies on (None is allowed: a missing value is
-the field's default, or a field whose None means "not set"). ``input`` and ``output`` are any
+the field's default, or a field whose None means "not set").
+``float`` takes an int too (JSON has one kind of number). ``input`` and ``output`` are any
 JSON to a store (the driver checks an input's shape)."""
+_KIND_CLASSES: dict[type, type | tuple[type, ...]] = {float: (float, int)}
+"""What ``isinstance`` takes for a kind, where it is not the kind alone."""
 _KIND_WORDS: dict[type, str] = {
     str: "a string",
     int: "a number",
+    float: "a number",
     bool: "true or false",
     dict: "an object",
     list: "a list",
@@ -236,7 +241,11 @@ def check_kinds(fields: dict[str, Any], run_id: Any) -> None:
     get = fields.get
     for name, kind in _RECORD_KINDS:
         value = get(name)
-        if value is not None and value.__class__ is not kind and not isinstance(value, kind):
+        if (
+            value is not None
+            and value.__class__ is not kind
+            and not isinstance(value, _KIND_CLASSES.get(kind, kind))
+        ):
             # Damage: said here, for the run alone, not as a TypeError wherever it is used.
             raise StoreCorrupted(
                 f"run {run_id!r}: {name} is not {_KIND_WORDS[kind]} ({value!r:.40})"

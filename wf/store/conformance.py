@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,12 @@ class StoreConformance:
         (implement in the subclass; by default the damage tests skip: a store that keeps its
         runs as objects in memory cannot be damaged from outside)."""
         pytest.skip("this store's runs cannot be damaged from outside")
+
+    async def edit_record(self, store: Store, run_id: str, changes: dict[str, Any]) -> None:
+        """Set fields of the run's stored record, as its JSON, to ``changes`` (a field of the
+        wrong kind, as a stray edit or a buggy writer leaves it), from outside (implement in
+        the subclass, as ``damage_run``; by default the tests skip)."""
+        pytest.skip("this store's runs cannot be edited from outside")
 
     async def damage_schedule(self, store: Store, schedule_id: str) -> None:
         """Make the schedule's stored definition unreadable (implement in the subclass, as
@@ -363,6 +370,38 @@ class StoreConformance:
         assert victim.id in store.faults.of_kind("run")
         with pytest.raises(StoreCorrupted):
             await store.get_run(victim.id)
+
+    @pytest.mark.parametrize(
+        ("field", "value", "said"),
+        [
+            ("retention", "1s", "retention is not a number ('1s')"),
+        ],
+    )
+    async def test_a_record_field_of_the_wrong_kind_is_its_runs_damage_alone(
+        self, store: Store, field: str, value: Any, said: str
+    ) -> None:
+        """One field a reader relies on, of the wrong kind or value, makes its run damaged:
+        left out of listings and named (the field said), refused by ``get_run``, named by
+        ``verify``; every other run is read as before."""
+        runs = [record(workflow="pkg:Flow", status=RunStatus.COMPLETED) for _ in range(3)]
+        for run in runs:
+            await store.create_run(run, [event("run_started")])
+        victim = runs[1]
+        await self.edit_record(store, victim.id, {field: value})
+        healthy = [r.id for r in reversed(runs) if r is not victim]
+        with collect_faults() as met:
+            assert [r.id for r in await store.list_runs()] == healthy
+        assert [(f.kind, f.item) for f in met] == [("run", victim.id)], met
+        assert said in met[0].reason, met[0].reason
+        with collect_faults() as met:
+            listed = await store.list_runs(statuses=[RunStatus.COMPLETED], workflow="pkg:Flow")
+            assert [r.id for r in listed] == healthy
+        with pytest.raises(StoreCorrupted, match=re.escape(said)):
+            await store.get_run(victim.id)
+        for run_id in healthy:
+            assert (await store.get_run(run_id)).id == run_id
+        problems = await store.verify()
+        assert any(victim.id in line and said in line for line in problems), problems
 
     async def test_list_limit_and_before_page_through(self, store: Store) -> None:
         ids = [f"page-{n}" for n in (5, 12, 1, 30, 2, 7, 4)]  # not in their sort order
