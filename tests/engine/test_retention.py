@@ -504,3 +504,44 @@ async def test_a_run_whose_retention_is_no_number_is_named_and_the_others_go(
     assert "retention is not a number ('1s')" in met[0].reason
     problems = await engine_store.verify()
     assert any(victim in line and "retention is not a number" in line for line in problems)
+
+
+@pytest.mark.stores("memory")
+async def test_a_workflow_whose_sweep_fails_stops_no_other_workflows_sweep(
+    wf_engine: Engine,
+    mock_clock: MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What fails one workflow's sweep (not a damaged run: the sweep keeps and names those) is
+    said with its workflow, and the next workflow's sweep goes on in the same round."""
+    from wf.engine import _retention, _workflow
+
+    mock_clock.autojump = False
+    run = await wf.start(kept_a_second, 1)
+    await run.result()
+    mock_clock.jump(60)
+    monkeypatch.setattr(
+        _workflow, "retained_workflows", lambda: [short_lived.name, kept_a_second.name]
+    )
+    real = _retention.sweep
+
+    async def failing(engine: Engine, **kwargs: object) -> object:
+        if kwargs.get("workflow") == short_lived.name:
+            raise RuntimeError("boom")
+        return await real(engine, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_retention, "sweep", failing)
+    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
+    task = asyncio.ensure_future(worker.run())
+    for _ in range(500):
+        if worker.swept == 1:
+            break
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    assert worker.swept == 1
+    said = [r.getMessage() for r in caplog.records if "applying retention" in r.getMessage()]
+    assert said and said[0] == (
+        f"applying retention to the runs of {short_lived.name}: RuntimeError('boom')"
+    ), said

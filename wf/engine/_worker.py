@@ -496,8 +496,15 @@ class Worker:
                         pause=self.retention_pause,
                     )
                 except Exception as error:  # retention waits for the next sweep; work goes on
-                    log.error("applying retention: %s", error)
-                    break
+                    # A damaged run is contained by the sweep (named, kept). What else fails
+                    # stops this workflow's sweep alone, said with its workflow; the store
+                    # failing (not damage) stops them all: each would fail as this one did.
+                    whose = "" if workflow is None else f" to the runs of {workflow}"
+                    said = error if isinstance(error, WFError) else repr(error)
+                    log.error("applying retention%s: %s", whose, said)
+                    if isinstance(error, StoreError) and not isinstance(error, StoreCorrupted):
+                        break
+                    continue
                 self.swept += len(done.deleted)
                 if done.deleted:
                     log.info("retention deleted %d finished run(s)", len(done.deleted))
