@@ -839,7 +839,8 @@ async def test_an_unreadable_record_names_the_file_at_fault(local: LocalStore, r
     with pytest.raises(StoreCorrupted, match=r"journal\.jsonl does not start with the run's"):
         await local.get_run(run.id)
     (run_dir / "run.json").write_bytes(b"{not json")
-    with pytest.raises(StoreCorrupted, match=r"run\.json: unreadable, and .* cannot rebuild it"):
+    unreadable = r"run\.json: unreadable \(.*\), and .* cannot rebuild it"
+    with pytest.raises(StoreCorrupted, match=unreadable):
         await local.get_run(run.id)
 
 

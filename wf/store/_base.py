@@ -181,11 +181,6 @@ class RunRecord:
         check_kinds(kwargs, data.get("id"))
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
-        if "id" not in kwargs or "workflow" not in kwargs:
-            missing = "id" if "id" not in kwargs else "workflow"
-            # Without an id the record cannot say whose it is: the caller's location does.
-            who = "" if missing == "id" else f"run {data.get('id')!r}: "
-            raise StoreCorrupted(f"{who}the record has no {missing!r}")
         if len(kwargs) < len(_RECORD_FIELDS):
             return cls(**kwargs)  # defaults to fill in
         return cls._of_fields(kwargs)  # every field given
@@ -216,7 +211,8 @@ _RECORD_KINDS: tuple[tuple[str, type], ...] = (
     ("retention", float),
 )
 """The type of each stored field a reader relies on (None is allowed: a missing value is
-the field's default, or a field whose None means "not set").
+the field's default, or a field whose None means "not set"; not for ``id`` and ``workflow``,
+which have no default).
 ``float`` takes an int too (JSON has one kind of number). ``input`` and ``output`` are any
 JSON to a store (the driver checks an input's shape)."""
 _KIND_CLASSES: dict[type, type | tuple[type, ...]] = {float: (float, int)}
@@ -250,6 +246,11 @@ def check_kinds(fields: dict[str, Any], run_id: Any) -> None:
             raise StoreCorrupted(
                 f"run {run_id!r}: {name} is not {_KIND_WORDS[kind]} ({value!r:.40})"
             )
+    if get("id") is None or get("workflow") is None:
+        name = "id" if get("id") is None else "workflow"
+        # Without an id the record cannot say whose it is: the caller's location does.
+        who = "" if name == "id" else f"run {run_id!r}: "
+        raise StoreCorrupted(f"{who}the record has no {name!r}")
 
 
 def pin_of_raw(data: dict[str, Any]) -> str | None:

@@ -375,6 +375,9 @@ class StoreConformance:
         ("field", "value", "said"),
         [
             ("retention", "1s", "retention is not a number ('1s')"),
+            ("workflow", None, "the record has no 'workflow'"),
+            ("workflow", 5, "workflow is not a string (5)"),
+            ("id", None, "the record has no 'id'"),
         ],
     )
     async def test_a_record_field_of_the_wrong_kind_is_its_runs_damage_alone(
@@ -402,6 +405,22 @@ class StoreConformance:
             assert (await store.get_run(run_id)).id == run_id
         problems = await store.verify()
         assert any(victim.id in line and said in line for line in problems), problems
+
+    async def test_queue_stats_leave_out_a_run_whose_workflow_is_null(self, store: Store) -> None:
+        """A due run whose record has ``"workflow": null`` (and one whose ``created_at`` is no
+        time, which makes a store that counts in one query read each due run instead) is left
+        out of the queue's depth and noted; the others are counted (it used to fail the whole
+        count with a TypeError, and the web UI's queues page with it)."""
+        runs = [record(workflow="pkg:Flow", created_at=1.0) for _ in range(4)]
+        for run in runs:
+            await store.create_run(run, [event("run_started")])
+        await self.edit_record(store, runs[1].id, {"workflow": None})
+        await self.edit_record(store, runs[2].id, {"created_at": "x"})
+        with collect_faults() as met:
+            stats = await store.queue_stats(FAR)
+        assert [(s.workflow, s.depth) for s in stats] == [("pkg:Flow", 2)], stats
+        named = {f.item for f in met} | set(store.faults.of_kind("run"))
+        assert {runs[1].id, runs[2].id} <= named, (met, list(store.faults))
 
     async def test_list_limit_and_before_page_through(self, store: Store) -> None:
         ids = [f"page-{n}" for n in (5, 12, 1, 30, 2, 7, 4)]  # not in their sort order

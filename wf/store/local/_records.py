@@ -108,7 +108,13 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
         or not isinstance(data.get("workflow"), str)
         or str(data.get("status", "pending")) not in _STATUSES
     ):
-        raise StoreCorrupted(f"{path}: not a run record")
+        why = "not a run record"
+        if isinstance(data, dict):
+            try:
+                check_kinds(data, data.get("id"))  # which field: said as a listing says it
+            except StoreCorrupted as error:
+                why = str(error)
+        raise StoreCorrupted(f"{path}: {why}")
     wrong = bad_time(data)
     if wrong is not None:  # damage: the record is rebuilt from the journal
         raise StoreCorrupted(f"{path}: {wrong} is not a time ({data[wrong]!r:.40})")
@@ -162,14 +168,17 @@ def read_for_lease(
         return data, None, True
     except (FileNotFoundError, NotADirectoryError):
         there = False  # missing (most runs: see ``needs_file``): the journal says
-    except StoreCorrupted:
+        why = None
+    except StoreCorrupted as error:
         there = True  # not a file (``_fsops`` refuses a FIFO), or not this run's record
-    return None, _rebuild(run_dir, path, journal, there), there
+        why = str(error).removeprefix(f"{path}: ")
+    return None, _rebuild(run_dir, path, journal, why), there
 
 
-def _rebuild(run_dir: str, path: str, journal: list[Event] | None, there: bool) -> RunRecord:
+def _rebuild(run_dir: str, path: str, journal: list[Event] | None, why: str | None) -> RunRecord:
+    """The record the journal gives back; ``why``: why ``run.json`` (there) was not read."""
     journal_path = os.path.join(run_dir, JOURNAL_FILE)
-    cache = f"{path}: unreadable, and " if there else ""
+    cache = f"{path}: unreadable ({why}), and " if why is not None else ""
     if journal is not None:
         ends = journal[:1] + journal[1:][-1:]
     else:
