@@ -157,9 +157,10 @@ class RunRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
+    def from_json(cls, data: dict[str, Any], run_id: str | None = None) -> RunRecord:
         """Rebuild a record from ``to_json`` output; unknown keys are ignored (forward compat).
-        Anything else (damage) raises ``StoreCorrupted``, never another error."""
+        Anything else (damage) raises ``StoreCorrupted``, never another error. ``run_id``: the
+        run whose record the store holds there; a record naming another id is damage."""
         if not isinstance(data, dict):
             raise StoreCorrupted(f"a run record is not a JSON object ({data!r:.40})")
         if data.keys() <= _RECORD_NAMES:
@@ -179,6 +180,10 @@ class RunRecord:
                 "by a newer wf)"
             ) from None
         check_kinds(kwargs, data.get("id"))
+        if run_id is not None and kwargs["id"] != run_id:
+            # Another run's record where this one's belongs: read as this run, it would list
+            # a run that does not exist and be saved under an id nobody holds the lease of.
+            raise StoreCorrupted(f"run {run_id!r}: the record names another id {kwargs['id']!r}")
         if kwargs.get("waiting_for") is not None:
             kwargs["waiting_for"] = _events.read_waiting(kwargs["waiting_for"])  # older: words
         if len(kwargs) < len(_RECORD_FIELDS):

@@ -378,6 +378,7 @@ class StoreConformance:
             ("workflow", None, "the record has no 'workflow'"),
             ("workflow", 5, "workflow is not a string (5)"),
             ("id", None, "the record has no 'id'"),
+            ("id", "wrun_other", "the record names another id 'wrun_other'"),
         ],
     )
     async def test_a_record_field_of_the_wrong_kind_is_its_runs_damage_alone(

@@ -164,7 +164,7 @@ def read_for_lease(
     try:
         data = decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
         if data["id"] != run_id:  # another run's record: no cache of this one
-            raise StoreCorrupted(f"{path}: names run {data['id']!r}")
+            raise StoreCorrupted(f"{path}: the record names another id {data['id']!r}")
         return data, None, True
     except (FileNotFoundError, NotADirectoryError):
         there = False  # missing (most runs: see ``needs_file``): the journal says
@@ -172,7 +172,12 @@ def read_for_lease(
     except StoreCorrupted as error:
         there = True  # not a file (``_fsops`` refuses a FIFO), or not this run's record
         why = str(error).removeprefix(f"{path}: ")
-    return None, _rebuild(run_dir, path, journal, why), there
+    record = _rebuild(run_dir, path, journal, why)
+    if record.id != run_id:  # the journal's first line carries another run's record
+        raise StoreCorrupted(
+            f"{os.path.join(run_dir, JOURNAL_FILE)}: the record names another id {record.id!r}"
+        )
+    return None, record, there
 
 
 def _rebuild(run_dir: str, path: str, journal: list[Event] | None, why: str | None) -> RunRecord:

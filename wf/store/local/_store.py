@@ -446,7 +446,7 @@ class LocalStore(Store):
         return self._read(
             run_id,
             lambda run_dir: _records.load(run_dir, run_id, blobs=blobs, found=True),
-            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir)),
+            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir), run_id),
         )
 
     # -- runs ------------------------------------------------------------------------------
@@ -711,7 +711,7 @@ class LocalStore(Store):
         return self._read(
             run_id,
             lambda run_dir: _records.load(run_dir, run_id, found=True),
-            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir)),
+            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir), run_id),
             found,
         )
 

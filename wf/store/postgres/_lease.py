@@ -197,7 +197,7 @@ class PostgresLease(Lease):
         read, self._read = self._read, None
         if read is not None:
             # Parsed here, not by the claim: a damaged record fails its own driver only.
-            return RunRecord.from_json(read[0]), read[1]
+            return RunRecord.from_json(read[0], self.run_id), read[1]
         return await store.get_run(self.run_id), await store.read_journal(self.run_id)
 
     async def read_inbox(self, store: Store) -> list[InboxMessage]:

@@ -806,7 +806,7 @@ class PostgresStore(Store):
         record: RunRecord | None = None
         where = self.run_location(run_id)
         with self.faults.contain("run", run_id, where):
-            record = RunRecord.from_json(readable(data, where))
+            record = RunRecord.from_json(readable(data, where), run_id)
         return record
 
     async def search_runs(
@@ -1808,7 +1808,7 @@ class PostgresStore(Store):
                 if isinstance(data, dict) and str(data.get("status", status)) != status:
                     problems.append(f"run {run_id}: the status column disagrees with the record")
                 try:
-                    record = RunRecord.from_json(readable(data, where))
+                    record = RunRecord.from_json(readable(data, where), run_id)
                 except StoreCorrupted as error:
                     text = str(error)
                     problems.append(text if text.startswith(where) else f"{where}: {text}")
@@ -2056,7 +2056,7 @@ def record_of(run_id: str, data: Any, where: str) -> RunRecord:
     if it is not one (``[]``, an object without the fields of a record), as listings and
     ``verify`` name it."""
     try:
-        return RunRecord.from_json(readable(data, where))
+        return RunRecord.from_json(readable(data, where), run_id)
     except StoreCorrupted as error:
         text = str(error)
         if text.startswith(where):

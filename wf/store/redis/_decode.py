@@ -38,10 +38,11 @@ def element_of(key: str, index: int) -> str:
     return f"element {index} of {key}"
 
 
-def record(raw: bytes | None, where: str) -> RunRecord:
-    """A run's record (its hash's ``rec``)."""
+def record(raw: bytes | None, where: str, run_id: str | None = None) -> RunRecord:
+    """A run's record (its hash's ``rec``); ``run_id``: the run whose hash it is (a record
+    naming another is damage)."""
     try:
-        return RunRecord.from_json(orjson.loads(raw))  # type: ignore[arg-type]
+        return RunRecord.from_json(orjson.loads(raw), run_id)  # type: ignore[arg-type]
     except StoreCorrupted as error:
         raise StoreCorrupted(f"{where}: {error}") from None
     except (orjson.JSONDecodeError, TypeError) as error:  # TypeError: no ``rec`` at all

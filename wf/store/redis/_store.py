@@ -719,7 +719,7 @@ class RedisStore(Store):
         return read
 
     def _record(self, run_id: str, raw: bytes | None) -> RunRecord:
-        return _decode.record(raw, _decode.field_of(self.run_location(run_id), "rec"))
+        return _decode.record(raw, _decode.field_of(self.run_location(run_id), "rec"), run_id)
 
     # -- inbox and queue ------------------------------------------------------------------
 

@@ -93,7 +93,7 @@ async def verify(store: RedisStore) -> list[str]:
             if qk:
                 record: RunRecord | None = None
                 with contextlib.suppress(StoreCorrupted):  # named above
-                    record = _decode.record(raw, store.run_location(run_id))
+                    record = _decode.record(raw, store.run_location(run_id), run_id)
                 queued.append((run_id, _decode.field_name(qk), record, bool(inbox)))
             for name, value in (("lane", place), ("gw", width), ("seq", seq), ("ep", epoch)):
                 if value and not _digits(_decode.field_name(value)):
@@ -282,7 +282,7 @@ def _check_run(
     problems = []
     record: RunRecord | None = None
     try:
-        record = _decode.record(raw, _decode.field_of(store.run_location(run_id), "rec"))
+        record = _decode.record(raw, _decode.field_of(store.run_location(run_id), "rec"), run_id)
     except StoreCorrupted as error:
         problems.append(f"run {run_id}: the record cannot be read: {error}")
     if record is not None and record.id != run_id:
