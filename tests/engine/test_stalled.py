@@ -12,6 +12,7 @@ import pytest
 import wf
 from wf import Engine
 from wf.store import RunRecord, RunStatus
+from wf.store.memory import MemoryStore
 
 hanging: dict[int, asyncio.Event] = {}
 """Index -> set once ``hang(index)`` is running."""
@@ -152,6 +153,9 @@ def test_max_recoveries_is_a_positive_integer() -> None:
         wf.workflow(max_recoveries=0)(moving.fn)
     with pytest.raises(wf.UsageError, match="max_recoveries"):
         moving.with_options(max_recoveries="3")
+    for wrong in (-1, 0):  # -1 failed every run stalled at its first claim ("died 0 times")
+        with pytest.raises(wf.UsageError, match="max_recoveries"):
+            Engine(MemoryStore(), max_recoveries=wrong)
 
 
 async def stall(engine: Engine) -> str:

@@ -47,7 +47,7 @@ from wf.engine._instruments import Instrument
 from wf.engine._instruments import created as _instrument_created
 from wf.engine._instruments import outcome as _instrument_outcome
 from wf.engine._instruments import start as _instrument_start
-from wf.engine._queueing import AdmissionOrder, RunOptions, group_key
+from wf.engine._queueing import AdmissionOrder, RunOptions, group_key, positive_int
 from wf.engine._recovery import DEFAULT_MAX_RECOVERIES
 from wf.engine._ref import WorkflowRef
 from wf.engine._retention import recorded_retention
@@ -164,7 +164,11 @@ class Engine:
         self.retention = retention
         """Store-wide retention (seconds): finished runs without a retention of their own are
         deleted this long after they end. None keeps them."""
-        self.max_recoveries = max_recoveries or DEFAULT_MAX_RECOVERIES
+        self.max_recoveries = (
+            DEFAULT_MAX_RECOVERIES
+            if max_recoveries is None
+            else positive_int("max_recoveries", max_recoveries)
+        )
         """Deaths of a run's driving process in a row, without progress, before it fails
         with ``wf.RunStalled`` (a run's own ``max_recoveries`` wins)."""
         self.clock: Clock = clock or SystemClock()

@@ -256,6 +256,12 @@ def check_kinds(fields: dict[str, Any], run_id: Any) -> None:
         # Without an id the record cannot say whose it is: the caller's location does.
         who = "" if name == "id" else f"run {run_id!r}: "
         raise StoreCorrupted(f"{who}the record has no {name!r}")
+    recoveries = get("max_recoveries")
+    if recoveries is not None and recoveries < 0:
+        # A count of deaths in a row: under 0, the first claim would fail the run as stalled.
+        raise StoreCorrupted(
+            f"run {run_id!r}: max_recoveries is not a number from 0 ({recoveries!r:.40})"
+        )
 
 
 def pin_of_raw(data: dict[str, Any]) -> str | None:

@@ -379,6 +379,7 @@ class StoreConformance:
             ("workflow", 5, "workflow is not a string (5)"),
             ("id", None, "the record has no 'id'"),
             ("id", "wrun_other", "the record names another id 'wrun_other'"),
+            ("max_recoveries", -1, "max_recoveries is not a number from 0 (-1)"),
         ],
     )
     async def test_a_record_field_of_the_wrong_kind_is_its_runs_damage_alone(
