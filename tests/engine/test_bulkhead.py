@@ -1237,3 +1237,45 @@ async def test_a_worker_says_at_start_that_ulimit_n_is_too_low_for_its_concurren
         "`ulimit -n` 64 is too low for --concurrency 100; wf needs about 4 files per run (about "
         "464 in all): fewer runs are driven at once (raise it with `ulimit -n 464`)"
     ]
+
+
+RECORD_FIELDS: dict[str, dict[str, Any]] = {
+    "workflow null": {"workflow": None},
+    "id of another run": {"id": "wrun_other"},
+    "max_recoveries below 0": {"max_recoveries": -1},
+    "retention a string": {"retention": "1s"},
+}
+"""A pending run's record with one field a reader relies on of the wrong kind or value."""
+
+
+@pytest.mark.stores("local", "postgres", "redis")  # memory: objects, no stored data to edit
+@pytest.mark.parametrize("kind", sorted(RECORD_FIELDS))
+async def test_one_record_field_of_the_wrong_kind_stops_nothing_else(
+    engine_store: Store, kind: str
+) -> None:
+    """The run is damaged: named by the worker (once) and by ``wf store verify``, never
+    listed, never driven (a ``max_recoveries`` of -1 failed it as stalled at its first claim;
+    another run's id made every save of it fail; a null workflow failed the batched writes of
+    the healthy runs beside it on PostgreSQL and Redis); every healthy run completes."""
+    from tests.store.helpers import edit_record
+
+    with use_engine(Engine(engine_store, MockClock(), suspend_after=0)):
+        healthy = [(await wf.start(plain, i, detach=True)).id for i in range(8)]
+        victim = (await wf.start(plain, 7, detach=True)).id
+    await edit_record(engine_store, victim, RECORD_FIELDS[kind])
+    # The worker is another process: a local store's creator knows the journals it wrote.
+    peer = LocalStore(engine_store.root) if isinstance(engine_store, LocalStore) else None
+    engine = Engine(peer or engine_store, MockClock(), suspend_after=0)
+    try:
+        with use_engine(engine):
+            worker = await drained(engine, healthy)
+    finally:
+        if peer is not None:
+            await peer.close()
+    assert [fault.item for fault in worker.faults] == [victim], list(worker.faults)
+    problems = await verify(engine_store)
+    assert any(victim in line for line in problems), problems
+    listed = {r.id for r in await engine_store.list_runs(limit=100)}
+    assert listed == set(healthy)
+    with pytest.raises(wf.StoreCorrupted):
+        await engine_store.get_run(victim)
