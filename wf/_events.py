@@ -194,6 +194,9 @@ OUTCOME_EVENTS: dict[str, str] = {k.name: k.outcome for k in KINDS.values() if k
 REQUIRED: dict[str, tuple[str, ...]] = {k.name: k.fields for k in KINDS.values() if k.fields}
 """Event kind -> the fields an event of that kind must have (else the journal is damaged)."""
 
+_TIMED = frozenset(name for name, kind in KINDS.items() if "until" in kind.fields)
+"""The kinds whose ``until`` is a deadline (epoch seconds) replay reads."""
+
 FIRST_EVENT = "run_started"
 """The kind of every journal's first event, and of no other."""
 
@@ -208,8 +211,9 @@ def event_damage(journal: Sequence[Mapping[str, Any]], position: int) -> str | N
 
     Damage: an event with no type, of a kind wf does not know (a stray write, or an event of a
     newer wf, which this one would replay into a wrong result), without a field its kind
-    requires or with an ``op`` that is not an integer, a ``run_started`` after the first event,
-    or an outcome that is not the journal's last event (but a failed run's manual retry).
+    requires or with an ``op`` that is not an integer or an ``until`` that is not a time, a
+    ``run_started`` after the first event, or an outcome that is not the journal's last event
+    (but a failed run's manual retry).
     The first event being ``run_started`` is the caller's check (a journal that lost its
     start is named as such)."""
     event = journal[position]
@@ -225,6 +229,11 @@ def event_damage(journal: Sequence[Mapping[str, Any]], position: int) -> str | N
         return f"{where} ({kind}) lacks {', '.join(map(repr, missing))}"
     if "op" in declared.fields and type(event["op"]) is not int:
         return f"{where} ({kind}) has a non-integer op"
+    if kind in _TIMED:
+        until = event["until"]
+        if type(until) is not float and type(until) is not int:
+            # A deadline replay and readers compare: never a TypeError wherever they do.
+            return f"{where} ({kind}) has an until that is not a time ({until!r:.40})"
     if kind == FIRST_EVENT and position > 0:
         return f"{where} ({kind}) is not the first event"
     if declared.outcome is not None and position < len(journal) - 1:

@@ -636,3 +636,36 @@ async def test_worker_until_idle_fails_while_the_store_fails(
     assert not (await run.status()).is_terminal
     assert (await cli("worker", "--until-idle")).exit_code == 0  # the disk has room again
     assert await run.result(timeout=10) == [0, 10, 20]
+
+
+async def test_a_sleep_whose_until_is_no_time_is_damage_named_everywhere(engine: Engine) -> None:
+    """A suspended run's sleep deadline edited to ``"soon"`` (in its journal, and in its
+    ``run.json``'s ``waiting_for``): ``wf store verify`` names the journal event, the run's
+    detail (``wf inspect``) shows the run with that damage named, and its driver fails it as
+    damaged; each used to meet a TypeError comparing the deadline."""
+    run = await wf.start(nap, "soon")
+    await asyncio.wait_for(engine.drivers[run.id], 10)
+    assert (await engine.store.get_run(run.id)).status is RunStatus.SUSPENDED
+    path = journal_path(engine, run.id)
+    events = [json.loads(line) for line in path.read_text().rstrip("\0").splitlines()]
+    [at] = [i for i, e in enumerate(events) if e["type"] == "sleep_started"]
+    events[at]["until"] = "soon"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    record_path = path.parent / "run.json"
+    if record_path.exists():
+        data = json.loads(record_path.read_text())
+        for waiting in data.get("waiting_for") or []:
+            waiting["until"] = "soon"
+        record_path.write_text(json.dumps(data))
+    expected = f"event {at + 1} (sleep_started) has an until that is not a time ('soon')"
+    named = [line for line in await engine.store.verify() if run.id in line]
+    assert any(f"{path}: {expected}" in line for line in named), named
+    detail = await wf.admin.run_detail(engine.store, run.id)
+    assert [(f.kind, f.item) for f in detail.damaged] == [("journal", run.id)], detail.damaged
+    assert expected in detail.damaged[0].reason
+    [sleep] = [row for row in detail.steps if row.kind == "sleep"]
+    assert sleep.until is None  # not a time: shown without one
+    record = await drive(engine, run.id)
+    assert record is not None and record.status is RunStatus.FAILED
+    assert record.error is not None and record.error["type"].endswith("StoreCorrupted")
+    assert expected in record.error["message"]

@@ -157,7 +157,9 @@ def _apply(row: Operation, kind_of: str, event: dict[str, Any], ts: float) -> No
         _end_span(row, attempt, ts, "failed", row.error)
     elif kind_of == "sleep_started":
         row.status = "sleeping"
-        row.until = event.get("until")
+        until = event.get("until")
+        # Not a time (damage, which the run's detail names): shown without a deadline.
+        row.until = until if type(until) is float or type(until) is int else None
     elif kind_of == "hook_created":
         row.status = "waiting"
     elif kind_of == "patch_recorded":

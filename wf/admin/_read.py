@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from wf._events import journal_damage
 from wf._exceptions import RunNotFound, StoreCorrupted, UsageError, WFError
 from wf._tasks import in_thread_alone
 from wf.admin import _journal
@@ -24,7 +25,7 @@ from wf.admin._model import (
     StreamInfo,
 )
 from wf.store import Event, RunRecord, RunStatus, collect_faults
-from wf.store._faults import named_place
+from wf.store._faults import Fault, named_place
 
 if TYPE_CHECKING:
     from wf.admin._liveness import LivenessProbe
@@ -345,6 +346,8 @@ class _Analysis:
     races: list[Race]
     compensations: Compensations
     recoveries: list[dict[str, Any]]
+    damage: str | None
+    """The journal's first event replay cannot use, in words (``wf._events.journal_damage``)."""
 
     @classmethod
     def of(cls, journal: list[dict[str, Any]], status: str, now: float) -> _Analysis:
@@ -358,6 +361,7 @@ class _Analysis:
             races=_journal.races(journal),
             compensations=_journal.compensations(journal, rows, status),
             recoveries=recovery_history(journal),
+            damage=journal_damage(journal),
         )
 
 
@@ -419,6 +423,10 @@ async def run_detail(
         found = await in_thread_alone(analyse, journal, record.status.value, now)
     else:
         found = analyse(journal, record.status.value, now)
+    if found.damage is not None:
+        # An event replay cannot use: the run's driver fails it as damaged, ``verify`` names
+        # it, and its page shows what the rest of the journal says, with this named.
+        damaged.append(Fault("journal", run_id, store.run_location(run_id), found.damage))
     replays, current = await _replay_fields(store, record) if replay else (None, None)
     shown = dataclasses.replace(
         record, input=readable(record.input), output=readable(record.output)

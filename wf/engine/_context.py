@@ -56,15 +56,18 @@ _REQUIRED_SETS = {
         frozenset(kind.fields),
         "op" in kind.fields,
         0 if kind.name == _events.FIRST_EVENT else -1 if kind.outcome is not None else None,
+        "until" in kind.fields,
     )
     for kind in _events.KINDS.values()
 }
 """Every kind of event, for a quick check of each: its fields as a set, whether ``op`` is one
-(it must then be an integer), and its place in the journal if that is fixed (0: the first
-event; -1: the last, an outcome's), else None. One found elsewhere gets the whole check
+(it must then be an integer), its place in the journal if that is fixed (0: the first
+event; -1: the last, an outcome's), else None, and whether ``until`` is one (it must then be
+a time). One found elsewhere gets the whole check
 (``wf._events.event_damage``: a failed run's retry may follow its outcome). An event of no
 kind here (a stray write, a newer wf's event) is damage too, never passed over: replaying
 around it could give a wrong result."""
+_TIMES = (float, int)
 _STEP_ENDS = frozenset({"step_completed", "step_failed"})
 _RARE_EVENTS = frozenset({"cancel_requested", "cancel_delivered", "run_retrying", "wake_requested"})
 """The kinds ``_index_journal`` does more with than index them by operation."""
@@ -331,6 +334,7 @@ class RunContext:
                 required is None
                 or not (event.keys() >= required[0] and (not required[1] or type(op) is int))
                 or (required[2] is not None and position != (last if required[2] else 0))
+                or (required[3] and type(event["until"]) not in _TIMES)
             ):
                 self._check_event(journal, position)
             if "message" in event:
