@@ -132,6 +132,9 @@ SCHEDULES = [
         {"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "next_run": -1e18}
     ),
     json.dumps({"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "input": "x"}),
+    json.dumps(
+        {"id": "tick", "workflow": "bulkhead:plain", "cron": "* * * * *", "catch_up": "sometimes"}
+    ),
 ]
 
 JOURNAL_LINES = [
@@ -269,6 +272,7 @@ async def bulkhead_case(kind: str, what: Any) -> None:
 @given(case=CASES)
 @example(case=("schedule", b"null"))
 @example(case=("schedule", SCHEDULES[3]))
+@example(case=("schedule", SCHEDULES[-4]))
 @example(case=("schedule", SCHEDULES[-3]))
 @example(case=("schedule", SCHEDULES[-2]))
 @example(case=("schedule", SCHEDULES[-1]))

@@ -251,3 +251,13 @@ async def test_a_fire_waits_only_so_long_for_an_import_another_thread_began(
     await importing
     for _, loading, _ in firing._loading.values():  # the fire's own import thread ends too,
         await asyncio.wait([loading])  # before the next test imports the module afresh
+
+
+def test_a_schedule_whose_catch_up_wf_does_not_know_is_damaged() -> None:
+    """A stored ``catch_up: "sometimes"`` was fired as ``"none"``, silently: the schedule is
+    damaged (skipped, and named where it is read), as ``wf.schedule`` refuses the value."""
+    stored = {"id": "tick", "workflow": "pkg:flow", "cron": "* * * * *"}
+    for known in ("one", "none", "all"):
+        assert Schedule.from_json({**stored, "catch_up": known}).catch_up == known
+    with pytest.raises(ValueError, match="'catch_up' is 'sometimes', not one of one, none, all"):
+        Schedule.from_json({**stored, "catch_up": "sometimes"})

@@ -63,6 +63,7 @@ from wf.engine._queueing import check_priority, served
 from wf.engine._signature import bind_input, validate_arguments
 from wf.engine._workflow import Workflow, resolve_workflow_off_loop
 from wf.store import RunRecord, Schedule, Store
+from wf.store._base import CATCH_UP
 from wf.store._ids import _b32
 from wf.store._limits import check_name, iso_time, shown
 
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("wf.schedules")
 
-CATCH_UP = ("one", "none", "all")
 MISSED_AFTER = 60.0
 """A fire more than this many seconds late counts as missed (``catch_up="none"`` skips it)."""
 MISSED = "missed: no worker was running"

@@ -595,6 +595,10 @@ class Schedule:
                 and not _EARLIEST <= value <= _LATEST
             ):
                 raise ValueError(f"{name!r} is no time: {value!r:.60}")
+        catch_up = data.get("catch_up")
+        if catch_up is not None and catch_up not in CATCH_UP:
+            # Fired as "none" by a wf that knows no other: damage, as ``wf.schedule`` says.
+            raise ValueError(f"'catch_up' is {catch_up!r:.40}, not one of {', '.join(CATCH_UP)}")
         given = data.get("input")
         if given is not None:
             # Every fire would fail on another shape: damage, named where the schedule is read.
@@ -605,6 +609,8 @@ class Schedule:
         return cls(**{k: v for k, v in data.items() if k in _SCHEDULE_NAMES})
 
 
+CATCH_UP = ("one", "none", "all")
+"""What a schedule does with fires missed while no worker ran (``wf.schedule(catch_up=)``)."""
 _SCHEDULE_FIELDS = tuple(f.name for f in dataclasses.fields(Schedule))
 _SCHEDULE_NAMES = frozenset(_SCHEDULE_FIELDS)
 _SCHEDULE_REQUIRED = frozenset({"id", "workflow", "cron"})
