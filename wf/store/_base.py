@@ -220,6 +220,9 @@ the field's default, or a field whose None means "not set"; not for ``id`` and `
 which have no default).
 ``float`` takes an int too (JSON has one kind of number). ``input`` and ``output`` are any
 JSON to a store (the driver checks an input's shape)."""
+_RECORD_REQUIRED = ("id", "workflow")
+"""The fields a record has no default for: checked first (never None), the others after."""
+_OPTIONAL_KINDS = tuple(item for item in _RECORD_KINDS if item[0] not in _RECORD_REQUIRED)
 _KIND_CLASSES: dict[type, type | tuple[type, ...]] = {float: (float, int)}
 """What ``isinstance`` takes for a kind, where it is not the kind alone."""
 _KIND_WORDS: dict[type, str] = {
@@ -240,7 +243,16 @@ def check_kinds(fields: dict[str, Any], run_id: Any) -> None:
     if wrong is not None:
         raise StoreCorrupted(f"run {run_id!r}: {wrong} is not a time ({fields[wrong]!r:.40})")
     get = fields.get
-    for name, kind in _RECORD_KINDS:
+    if get("id").__class__ is not str or get("workflow").__class__ is not str:
+        for name in _RECORD_REQUIRED:  # missing, None or of another kind (a str subclass aside)
+            value = get(name)
+            if value is None:
+                # Without an id the record cannot say whose it is: the caller's location does.
+                who = "" if name == "id" else f"run {run_id!r}: "
+                raise StoreCorrupted(f"{who}the record has no {name!r}")
+            if not isinstance(value, str):
+                raise StoreCorrupted(f"run {run_id!r}: {name} is not a string ({value!r:.40})")
+    for name, kind in _OPTIONAL_KINDS:
         value = get(name)
         if (
             value is not None
@@ -251,11 +263,6 @@ def check_kinds(fields: dict[str, Any], run_id: Any) -> None:
             raise StoreCorrupted(
                 f"run {run_id!r}: {name} is not {_KIND_WORDS[kind]} ({value!r:.40})"
             )
-    if get("id") is None or get("workflow") is None:
-        name = "id" if get("id") is None else "workflow"
-        # Without an id the record cannot say whose it is: the caller's location does.
-        who = "" if name == "id" else f"run {run_id!r}: "
-        raise StoreCorrupted(f"{who}the record has no {name!r}")
     recoveries = get("max_recoveries")
     if recoveries is not None and recoveries < 0:
         # A count of deaths in a row: under 0, the first claim would fail the run as stalled.
