@@ -537,6 +537,16 @@ _VERIFY = (
         "WHERE r.id IS NULL ORDER BY j.run_id",
         "journal rows of a run that does not exist",
     ),
+    (
+        "SELECT DISTINCT h.run_id FROM wf_hooks h LEFT JOIN wf_runs r ON r.id = h.run_id "
+        "WHERE r.id IS NULL ORDER BY h.run_id",
+        "hook rows of a run that does not exist",
+    ),
+    (
+        "SELECT DISTINCT i.run_id FROM wf_inbox i LEFT JOIN wf_runs r ON r.id = i.run_id "
+        "WHERE r.id IS NULL ORDER BY i.run_id",
+        "inbox rows of a run that does not exist",
+    ),
 )
 """Checks the server makes alone (a query listing the runs, and what is wrong with each). A
 check of a JSON value is made here, by orjson: the server's operators (``->>``) fail the whole
@@ -547,7 +557,7 @@ VERIFY_PAGE = 2_000
 """Rows ``verify`` reads at a time from each table it checks value by value."""
 
 _VERIFY_RUNS = """
-SELECT id, status, record, seq, deployment FROM wf_runs WHERE id > %s ORDER BY id LIMIT %s
+SELECT id, status, record, seq, deployment, due_at FROM wf_runs WHERE id > %s ORDER BY id LIMIT %s
 """
 
 _REPAIR_RECORD = """
@@ -1803,7 +1813,7 @@ class PostgresStore(Store):
         after = ""
         while True:
             rows = await self._fetchall("verify the store", _VERIFY_RUNS, [after, VERIFY_PAGE])
-            for run_id, status, data, seq, deployment in rows:
+            for run_id, status, data, seq, deployment, due in rows:
                 where = self.run_location(run_id)
                 if isinstance(data, dict) and str(data.get("status", status)) != status:
                     problems.append(f"run {run_id}: the status column disagrees with the record")
@@ -1817,6 +1827,15 @@ class PostgresStore(Store):
                     problems.append(f"{where}: not a run record ({error})")
                     continue
                 problems += await self._repair_record(run_id, data, record, seq, deployment)
+                wanted = due_at(record)
+                if due is not None and wanted is not None and due not in (0.0, wanted):
+                    # Saves write the record's due time, a post 0 (due now): anything else
+                    # was written by hand, and a worker takes the run only then.
+                    problems.append(
+                        f"run {run_id}: its due_at column ({due!r}) is neither 0 (due now) nor "
+                        f"what its record says ({wanted!r}): no worker would take it when it "
+                        "is due"
+                    )
                 for name in _TEXT_FIELDS:
                     value = getattr(record, name)
                     if isinstance(value, str) and "\0" in value:
