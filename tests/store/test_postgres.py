@@ -45,7 +45,15 @@ from tests.store.helpers import (  # noqa: E402
 from tests.store.test_counts import ENDS, mix, same_as_a_scan  # noqa: E402
 from wf import Engine, StoreError, StoreVersionError  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
-from wf.store import HookRecord, RunRecord, RunStatus, Schedule, Store, lane_of  # noqa: E402
+from wf.store import (  # noqa: E402
+    HookRecord,
+    RunRecord,
+    RunStatus,
+    Schedule,
+    Store,
+    WebhookDelivery,
+    lane_of,
+)
 from wf.store.conformance import FAR, StoreConformance  # noqa: E402
 from wf.store.postgres import PostgresStore  # noqa: E402
 from wf.store.postgres._conn import describe  # noqa: E402
@@ -2978,5 +2986,48 @@ async def test_verify_names_rows_no_run_explains(schema: str) -> None:
             f"run {run.id}: its due_at column (1000000000000000.0) is neither 0 (due now) nor "
             "what its record says (0.0): no worker would take it when it is due"
         ], problems
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("once", [False, True], ids=["post", "post_once"])
+async def test_a_post_racing_the_delete_of_its_finished_run_leaves_no_inbox_row(
+    schema: str, once: bool
+) -> None:
+    """A wake or hook payload posted to a finished run while retention deletes it (deleted,
+    not yet committed): the post used to lock nothing (a finished run is in no queue) and
+    insert beside the row the delete removed, so an inbox row of no run was left and
+    ``verify`` said so on a store nothing damaged. The post waits for the delete now, finds
+    the run gone and says so."""
+    from wf.store.postgres._session import lock_key
+    from wf.store.postgres._store import _DELETE_RUNS
+
+    store = make(schema)
+    await store.open()
+    try:
+        run = await created(store)
+        await save(store, run, RunStatus.COMPLETED)
+        async with await psycopg.AsyncConnection.connect(DSN) as deleter:
+            await deleter.execute(f"SET search_path TO {schema}")
+            params = {"ids": [run.id], "keys": [lock_key(schema, run.id)], "now": 1.0}
+            await deleter.execute(_DELETE_RUNS, {**params, "reason": "retention"})
+            if once:
+                delivery = WebhookDelivery("d-1", "tok", run.id, "", None, 1.0)
+                posted = asyncio.ensure_future(store.post_once(run.id, "hook", {}, delivery))
+            else:
+                posted = asyncio.ensure_future(store.post(run.id, "wake", {}))
+            async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as look:
+                for _ in range(500):  # until the post waits on the delete's lock, or is done
+                    cur = await look.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                        [deleter.info.backend_pid],
+                    )
+                    if posted.done() or await cur.fetchone() is not None:
+                        break
+                    await asyncio.sleep(0.01)
+            await deleter.commit()
+        with pytest.raises(wf.RunNotFound):
+            await asyncio.wait_for(posted, 10)
+        assert await store.verify() == []
     finally:
         await store.close()

@@ -346,36 +346,47 @@ ORPHAN_LOOK_SHORT = 0.25
 orphan, and a worker that every notification wakes does not try every running run's lock."""
 
 _POST = """
-WITH queued AS (
-    UPDATE wf_runs SET due_at = 0 WHERE id = %(id)s AND due_at IS NOT NULL
+WITH run AS (
+    SELECT id, due_at FROM wf_runs WHERE id = %(id)s FOR NO KEY UPDATE
+), queued AS (
+    UPDATE wf_runs SET due_at = 0
+    WHERE id = (SELECT id FROM run WHERE due_at IS NOT NULL)
 ), message AS (
     INSERT INTO wf_inbox (run_id, kind, data)
-    SELECT id, %(kind)s, %(data)s FROM wf_runs WHERE id = %(id)s
+    SELECT id, %(kind)s, %(data)s FROM run
     RETURNING id
 )
 SELECT id FROM message
 """
+"""A message and the run due now (a live run: a finished one is in no queue). The run's row
+is locked first, a finished run's too: a retention delete of the run that has not committed
+yet is waited for (under READ COMMITTED the row is then read again, and found gone: no such
+run), where an insert beside it would leave an inbox row of no run (the delete cannot see
+it). The lock is the one the ``UPDATE`` takes (``NO KEY UPDATE``): two posts to one run wait
+for each other as they did, and never deadlock on raising a shared lock."""
 
 _POST_ONCE = """
-WITH kept AS (
+WITH run AS (
+    SELECT id, due_at FROM wf_runs WHERE id = %(id)s FOR NO KEY UPDATE
+), kept AS (
     INSERT INTO wf_deliveries (id, at, data)
-    SELECT %(key)s, %(at)s, %(delivery)s FROM wf_runs WHERE id = %(id)s
+    SELECT %(key)s, %(at)s, %(delivery)s FROM run
     ON CONFLICT (id) DO NOTHING
     RETURNING id
 ), queued AS (
     UPDATE wf_runs SET due_at = 0
-    WHERE id = %(id)s AND due_at IS NOT NULL AND EXISTS (SELECT 1 FROM kept)
+    WHERE id = (SELECT id FROM run WHERE due_at IS NOT NULL) AND EXISTS (SELECT 1 FROM kept)
 ), message AS (
     INSERT INTO wf_inbox (run_id, kind, data)
-    SELECT id, %(kind)s, %(data)s FROM wf_runs WHERE id = %(id)s AND EXISTS (SELECT 1 FROM kept)
+    SELECT id, %(kind)s, %(data)s FROM run WHERE EXISTS (SELECT 1 FROM kept)
     RETURNING id
 )
 SELECT (SELECT id FROM message), (SELECT data FROM wf_deliveries WHERE id = %(key)s),
-    EXISTS (SELECT 1 FROM wf_runs WHERE id = %(id)s)
+    EXISTS (SELECT 1 FROM run)
 """
 """``post`` and ``save_delivery`` in one statement, the message only if the delivery was not
-kept yet. The last ``SELECT`` sees the table as the statement began: the delivery kept
-before it (a repeat), never the one it keeps."""
+kept yet, the run's row locked first as ``_POST`` does. The last ``SELECT`` sees the table as
+the statement began: the delivery kept before it (a repeat), never the one it keeps."""
 
 _INBOX = """
 SELECT m.id, m.kind, m.data
