@@ -285,8 +285,6 @@ def _check_run(
         record = _decode.record(raw, _decode.field_of(store.run_location(run_id), "rec"), run_id)
     except StoreCorrupted as error:
         problems.append(f"run {run_id}: the record cannot be read: {error}")
-    if record is not None and record.id != run_id:
-        problems.append(f"run {run_id}: the record names another id {record.id!r}")
     if record is not None and _decode.field_name(status or b"") != record.status.value:
         problems.append(
             f"run {run_id}: indexed as {_decode.field_name(status or b'')!r} but its record"
