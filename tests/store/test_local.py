@@ -693,6 +693,45 @@ async def test_a_record_file_that_is_no_record_is_rebuilt_from_the_journal(
     assert (rebuilt.id, rebuilt.workflow, rebuilt.status) == (run.id, run.workflow, run.status)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("retention", "1s"), ("max_recoveries", -1), ("workflow", None), ("created_at", "x")],
+)
+async def test_a_record_file_with_a_field_of_the_wrong_kind_is_rebuilt_from_the_journal(
+    local: LocalStore, root: Path, field: str, value: Any
+) -> None:
+    """``run.json`` is a cache of the journal: a field of the wrong kind in it alone (the
+    journal healthy) is a damaged cache, and the record is rebuilt from the journal (read,
+    listed, leased; ``verify`` names the file). A ``retention`` or ``max_recoveries`` that
+    ``RunRecord.from_json`` refuses passed the file's first look, and the run was refused
+    for good instead."""
+    run = await created(local, workflow="pkg:Flow", retention=60.0, max_recoveries=2)
+    lease = await acquire(local, run.id)
+    run.status, run.output = RunStatus.COMPLETED, 3
+    await lease.append_and_save([{"type": "run_completed", "output": 3}], run)
+    await lease.release()
+    path = root / "runs" / run.id / "run.json"
+    data = orjson.loads(path.read_bytes())
+    path.write_bytes(orjson.dumps({**data, field: value}))
+    with collect_faults() as met:
+        got = await local.get_run(run.id)
+        assert (got.id, got.workflow, got.retention, got.max_recoveries) == (
+            run.id,
+            "pkg:Flow",
+            60.0,
+            2,
+        )
+        assert [r.id for r in await local.list_runs()] == [run.id]
+    assert met == []
+    lease = await acquire(local, run.id)
+    held, _events = await lease.read_run(local)
+    assert (held.retention, held.max_recoveries) == (60.0, 2)
+    await lease.release()
+    problems = await local.verify()
+    assert len(problems) == 1 and str(path) in problems[0], problems
+    assert "rebuilt from the journal" in problems[0], problems
+
+
 @pytest.mark.parametrize("opened", [False, True])
 async def test_a_process_that_met_a_file_at_tmp_links_entries_again_once_tmp_is_back(
     root: Path, monkeypatch: pytest.MonkeyPatch, opened: bool

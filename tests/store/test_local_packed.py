@@ -122,6 +122,26 @@ async def finished(store: LocalStore, *, failed: bool = False, **fields: Any) ->
     return run
 
 
+@pytest.mark.parametrize(("field", "value"), [("retention", "1s"), ("max_recoveries", -1)])
+async def test_a_packed_record_file_with_a_field_of_the_wrong_kind_is_rebuilt_from_the_journal(
+    local: LocalStore, root: Path, field: str, value: Any
+) -> None:
+    """A run packed with a ``run.json`` whose field ``RunRecord.from_json`` refuses (its
+    journal healthy): the packed record is a damaged cache, rebuilt from the packed journal,
+    as in a run's directory."""
+    run = await finished(local, retention=60.0, max_recoveries=2)
+    path = root / "runs" / run.id / "run.json"
+    data = orjson.loads(path.read_bytes())
+    path.write_bytes(orjson.dumps({**data, field: value}))
+    assert pack_all(local) == 1
+    assert not (root / "runs" / run.id).is_dir()
+    with collect_faults() as met:
+        got = await local.get_run(run.id)
+        assert (got.status, got.retention, got.max_recoveries) == (RunStatus.COMPLETED, 60.0, 2)
+        assert [r.id for r in await local.list_runs()] == [run.id]
+    assert met == []
+
+
 async def test_a_packed_run_reads_as_it_did_and_leaves_its_directory(
     local: LocalStore, root: Path
 ) -> None:

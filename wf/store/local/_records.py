@@ -20,7 +20,6 @@ from wf.store._base import (
     Event,
     RunRecord,
     RunStatus,
-    bad_time,
     brought_up_to,
     check_kinds,
     record_from_journal,
@@ -101,23 +100,17 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         raise StoreCorrupted(f"{path}: not valid JSON ({error})") from None
-    # What ``RunRecord.from_json`` needs to build a record at all (other fields are optional).
-    if (
-        not isinstance(data, dict)
-        or not isinstance(data.get("id"), str)
-        or not isinstance(data.get("workflow"), str)
-        or str(data.get("status", "pending")) not in _STATUSES
-    ):
-        why = "not a run record"
-        if isinstance(data, dict):
-            try:
-                check_kinds(data, data.get("id"))  # which field: said as a listing says it
-            except StoreCorrupted as error:
-                why = str(error)
-        raise StoreCorrupted(f"{path}: {why}")
-    wrong = bad_time(data)
-    if wrong is not None:  # damage: the record is rebuilt from the journal
-        raise StoreCorrupted(f"{path}: {wrong} is not a time ({data[wrong]!r:.40})")
+    # What ``RunRecord.from_json`` refuses (``check_kinds``: its times, a field of the wrong
+    # kind), and a status it cannot build: the cache is damaged, the record rebuilt from the
+    # journal. Refused later, by ``from_json``, the run would be damaged for good.
+    if not isinstance(data, dict):
+        raise StoreCorrupted(f"{path}: not a run record")
+    try:
+        check_kinds(data, data.get("id"))
+    except StoreCorrupted as error:
+        raise StoreCorrupted(f"{path}: {error}") from None
+    if str(data.get("status", "pending")) not in _STATUSES:
+        raise StoreCorrupted(f"{path}: not a run record")
     return data
 
 
