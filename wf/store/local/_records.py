@@ -108,7 +108,8 @@ def decode(raw: bytes, path: str) -> dict[str, Any]:
     try:
         check_kinds(data, data.get("id"))
     except StoreCorrupted as error:
-        raise StoreCorrupted(f"{path}: {error}") from None
+        why = str(error).removeprefix(f"run {data.get('id')!r}: ")  # the path says whose
+        raise StoreCorrupted(f"{path}: {why}") from None
     if str(data.get("status", "pending")) not in _STATUSES:
         raise StoreCorrupted(f"{path}: not a run record")
     return data
