@@ -211,7 +211,8 @@ def event_damage(journal: Sequence[Mapping[str, Any]], position: int) -> str | N
 
     Damage: an event with no type, of a kind wf does not know (a stray write, or an event of a
     newer wf, which this one would replay into a wrong result), without a field its kind
-    requires or with an ``op`` that is not an integer or an ``until`` that is not a time, a
+    requires or with an ``op`` that is not an integer or an ``until`` that is neither a time
+    nor null (no deadline: an older wf's ``wf.sleep(inf)``), a
     ``run_started`` after the first event, or an outcome that is not the journal's last event
     (but a failed run's manual retry).
     The first event being ``run_started`` is the caller's check (a journal that lost its
@@ -231,8 +232,10 @@ def event_damage(journal: Sequence[Mapping[str, Any]], position: int) -> str | N
         return f"{where} ({kind}) has a non-integer op"
     if kind in _TIMED:
         until = event["until"]
-        if type(until) is not float and type(until) is not int:
-            # A deadline replay and readers compare: never a TypeError wherever they do.
+        if type(until) is not float and type(until) is not int and until is not None:
+            # A deadline replay and readers compare: never a TypeError wherever they do. None
+            # is no deadline: ``wf.sleep(inf)`` and ``wf.timeout(inf)`` of a wf before they
+            # refused infinity wrote it (JSON has no infinity), and replay reads it so.
             return f"{where} ({kind}) has an until that is not a time ({until!r:.40})"
     if kind == FIRST_EVENT and position > 0:
         return f"{where} ({kind}) is not the first event"

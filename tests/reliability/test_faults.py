@@ -669,3 +669,48 @@ async def test_a_sleep_whose_until_is_no_time_is_damage_named_everywhere(engine:
     assert record is not None and record.status is RunStatus.FAILED
     assert record.error is not None and record.error["type"].endswith("StoreCorrupted")
     assert expected in record.error["message"]
+
+
+@wf.workflow(name="faults:guarded_nap")
+async def guarded_nap(key: str) -> str:
+    async with wf.timeout(1800):
+        await wf.sleep(3600)
+    return "done"
+
+
+@pytest.mark.parametrize("kind", ["sleep_started", "timeout_started"])
+async def test_an_until_of_null_from_an_older_wf_is_no_deadline(engine: Engine, kind: str) -> None:
+    """Before ``wf.sleep`` and ``wf.timeout`` refused infinity, ``wf.sleep(inf)`` and
+    ``wf.timeout(inf)`` recorded ``"until": null`` (JSON has no infinity). Such a run is no
+    damage: its sleep or timeout has no deadline (it ends only by a wake or a cancel, as
+    infinity meant). ``verify`` names nothing, its detail shows no deadline, its driver
+    replays it and leaves it suspended, and a wake ends its sleep."""
+    run = await wf.start(nap if kind == "sleep_started" else guarded_nap, "inf")
+    await asyncio.wait_for(engine.drivers[run.id], 10)
+    assert (await engine.store.get_run(run.id)).status is RunStatus.SUSPENDED
+    path = journal_path(engine, run.id)
+    events = [json.loads(line) for line in path.read_text().rstrip("\0").splitlines()]
+    [at] = [i for i, e in enumerate(events) if e["type"] == kind]
+    events[at]["until"] = None
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    record_path = path.parent / "run.json"
+    if record_path.exists() and kind == "sleep_started":
+        data = json.loads(record_path.read_text())
+        for waiting in data.get("waiting_for") or []:
+            waiting["until"] = None
+        data["wake_at"] = None
+        record_path.write_text(json.dumps(data))
+    assert [line for line in await engine.store.verify() if run.id in line] == []
+    detail = await wf.admin.run_detail(engine.store, run.id)
+    assert detail.damaged == []
+    if kind == "sleep_started":
+        [sleep] = [row for row in detail.steps if row.kind == "sleep"]
+        assert sleep.until is None
+    record = await drive(engine, run.id)
+    assert record is not None and record.status is RunStatus.SUSPENDED, record
+    await engine.store.post(run.id, "wake", {})
+    record = await drive(engine, run.id)
+    assert record is not None and record.status is RunStatus.COMPLETED, record
+    assert await wf.get_run(run.id).result(timeout=10) == (
+        [0, 10, 20] if kind == "sleep_started" else "done"
+    )

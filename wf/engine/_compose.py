@@ -217,8 +217,12 @@ class timeout:
         if self._until is None:  # refused before it takes an operation id
             due_after("wf.timeout", ctx.clock.now(), self._seconds or 0.0)
         op, history = ctx.begin_op("timeout", "timeout")
+        until: float | None
         if history is not None:
-            until = float(history.events[0]["until"])
+            recorded = history.events[0]["until"]
+            # None: no deadline, ``wf.timeout(inf)`` of a wf before it refused infinity (JSON
+            # has none, so it was written null): the block is never timed out.
+            until = None if recorded is None else float(recorded)
         else:
             until = (
                 self._until
@@ -262,8 +266,10 @@ class deadline(timeout):
         self._until = check_at("wf.deadline", when)
 
 
-async def _expire(ctx: RunContext, scope: CancelScope, until: float) -> None:
+async def _expire(ctx: RunContext, scope: CancelScope, until: float | None) -> None:
     assert scope.op is not None
+    if until is None:
+        return  # no deadline (an older wf's ``wf.timeout(inf)``)
     try:
         await ctx.wait(scope.op, "timeout", None, until, internal=True)
     except BaseException:

@@ -63,11 +63,12 @@ _REQUIRED_SETS = {
 """Every kind of event, for a quick check of each: its fields as a set, whether ``op`` is one
 (it must then be an integer), its place in the journal if that is fixed (0: the first
 event; -1: the last, an outcome's), else None, and whether ``until`` is one (it must then be
-a time). One found elsewhere gets the whole check
+a time, or null: no deadline). One found elsewhere gets the whole check
 (``wf._events.event_damage``: a failed run's retry may follow its outcome). An event of no
 kind here (a stray write, a newer wf's event) is damage too, never passed over: replaying
 around it could give a wrong result."""
-_TIMES = (float, int)
+_TIMES = (float, int, type(None))
+"""What an ``until`` may be: a time, or None (no deadline: an older wf's ``wf.sleep(inf)``)."""
 _STEP_ENDS = frozenset({"step_completed", "step_failed"})
 _RARE_EVENTS = frozenset({"cancel_requested", "cancel_delivered", "run_retrying", "wake_requested"})
 """The kinds ``_index_journal`` does more with than index them by operation."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import random as _random
 import uuid as _uuid
@@ -68,11 +69,16 @@ async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> No
             ctx.mark_done_at(min(deadline, ctx.clock.now()))
             return
     else:
-        deadline = float(history.events[0]["until"])
+        recorded = history.events[0]["until"]
+        # None: no deadline, ``wf.sleep(inf)`` of a wf before it refused infinity (JSON has
+        # none, so it was written null). It sleeps until a wake or a cancel ends it.
+        deadline = math.inf if recorded is None else float(recorded)
         if ctx.sleep_was_woken(op):
             ctx.mark_done_at(min(deadline, ctx.clock.now()))
             return
-    if deadline > ctx.clock.now():
+    if deadline == math.inf:
+        await ctx.wait(op, "sleep", None, None)
+    elif deadline > ctx.clock.now():
         await ctx.wait(op, "sleep", None, deadline)
     # By the durable clock a timer ends at its deadline, however late it is noticed (a run
     # resumed after it); a wake request ends it earlier.
