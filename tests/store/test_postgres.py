@@ -568,18 +568,20 @@ def test_a_json_cell_orjson_cannot_read_is_handed_on_as_unreadable(text: bytes) 
     assert loads(b'{"a":[1]}') == readable({"a": [1]}, "anywhere") == {"a": [1]}
 
 
+@pytest.mark.parametrize("workflow", ["tests:flow\0", None], ids=["nul", "null"])
 async def test_a_write_the_server_refuses_a_value_of_fails_alone_in_its_batch(
-    schema: str,
+    schema: str, workflow: str | None
 ) -> None:
     """A run whose record holds what no ``text`` column takes (a NUL in its workflow name,
-    left by a stray ``UPDATE``) fails its own writes as damage; the writes batched with it
-    land, as if it had not been there."""
+    left by a stray ``UPDATE``), or a null where a column takes none (a caller's record with
+    no workflow: SQLSTATE 23502, outside class 22's data exceptions), fails its own writes as
+    damage; the writes batched with it land, as if it had not been there."""
     store = make(schema)
     try:
         runs = [await created(store) for _ in range(3)]
         leases = [await acquire(store, r.id) for r in runs]
         victim = runs[1]
-        victim.workflow = "tests:flow\0"
+        victim.workflow = workflow  # type: ignore[assignment]
         victim.status = RunStatus.RUNNING
         event = {"type": "x", "ts": 2.0}
         outcomes = await asyncio.gather(

@@ -240,10 +240,10 @@ def misconfigured(error: psycopg.Error) -> bool:
 def refused_value(error: BaseException) -> bool:
     """Whether ``error`` (psycopg's, or the ``StoreError`` made of it) is a value of the
     statement refused (SQLSTATE class 22, a data exception, or psycopg's own refusal before
-    sending: a NUL in a text value): nothing was written, and the same values would be
-    refused again."""
+    sending: a NUL in a text value; or 23502, a null where a column takes none: a record with
+    no workflow): nothing was written, and the same values would be refused again."""
     cause = error if isinstance(error, psycopg.Error) else error.__cause__
-    return isinstance(cause, psycopg.DataError)
+    return isinstance(cause, psycopg.DataError | psycopg.errors.NotNullViolation)
 
 
 def refused_write(run_id: str, error: BaseException) -> StoreCorrupted:
