@@ -148,7 +148,7 @@ async def schedule(
         workflow,
         cron=cron,
         input=input,
-        tz=tz,
+        tz=zone_name(tz),
         skip_if_running=skip_if_running,
         catch_up=catch_up,
         priority=priority,
@@ -182,7 +182,7 @@ async def register(
     *,
     cron: str,
     input: Any = None,
-    tz: str | dt.tzinfo | None = None,
+    tz: str | None = None,  # a name: the HTTP API's body is derived from it
     skip_if_running: bool = True,
     catch_up: str = "one",
     priority: int | None = None,
