@@ -90,12 +90,15 @@ def crash_soon(index: int) -> int:
     os._exit(1)
 
 
-@wf.workflow
+@wf.workflow(max_recoveries=4)
 async def poison() -> int:
-    """Dies in ``crash_soon`` every time (the default ``max_recoveries``, 10)."""
+    """Dies in ``crash_soon`` every time. ``max_recoveries=4``, as its bystanders: above the
+    deaths after which a run is driven alone (2), and few, as each death is a worker's start."""
     return await crash_soon(0)
 
 
-@wf.workflow
+@wf.workflow(max_recoveries=4)
 async def bystander(n: int) -> int:
+    """Dies with ``poison`` while claimed beside it: if those deaths were never stopped, it
+    would reach its ``max_recoveries`` with the poison, and fail stalled too."""
     return await slow_work(n)
