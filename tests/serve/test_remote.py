@@ -114,6 +114,11 @@ async def test_options_of_a_start_travel_to_the_server(remote: Served) -> None:
     assert record.wake_at is not None and record.wake_at > record.created_at + 3000
 
 
+# The local store only: this checks the CLI's side of ``WF_URL`` (each command a process of its
+# own, ~1 s each), which does not change with the server's store; the server's answers on
+# PostgreSQL (start, result, hooks, streams, cancel) are checked on both stores by the tests
+# above, from this process.
+@pytest.mark.parametrize("served", ["local"], indirect=True)
 def test_the_cli_talks_to_the_server_with_wf_url(served: Served) -> None:
     env = {"WF_URL": served.url, "WF_TOKEN": TOKEN, "WF_DIR": "/nonexistent/never-made"}
     started = served.wf("run", "tests.serve.flows:adder", "--input", "[1, 2]", "--detach", **env)
