@@ -204,6 +204,35 @@ def test_cancel_a_run_with_its_button(browser: Any, server: Served) -> None:
     page.close()
 
 
+def test_a_change_before_the_page_listens_is_shown_at_once(browser: Any, tmp_path: Path) -> None:
+    """The run changes between the page's render and its event stream's start (a cancel's
+    redirect races the cancel): the stream's first event already says so, and the page fetches
+    itself again at once, not at its 5 s timer for a waiting run."""
+    served = spawn_server(env_for(tmp_path))
+    try:
+        run_id = _start(served, "sleeper", 3600)
+        _until(served, run_id, "suspended")
+        page = browser.new_page()
+        held: list[Any] = []
+        page.route("**/api/v1/events?*", lambda route: held.append(route))  # held until let go
+        page.goto(f"{served.url}/runs/{run_id}")
+        assert page.get_attribute("#run-status", "data-status") == "suspended"
+        shown = time.monotonic()
+        response = httpx.post(f"{served.url}/api/v1/runs/{run_id}/cancel", timeout=30)
+        assert response.status_code < 300, response.text
+        _until(served, run_id, "cancelled")
+        deadline = time.monotonic() + 10
+        while not held:
+            assert time.monotonic() < deadline, "the page never opened its event stream"
+            page.wait_for_timeout(20)
+        held[0].continue_()
+        page.wait_for_selector('#run-status[data-status="cancelled"]', timeout=10_000)
+        assert time.monotonic() - shown < 4.5, "shown by the page's timer, not by the event"
+        page.close()
+    finally:
+        stop(served)
+
+
 def test_a_step_cut_short_by_cancelling_is_not_drawn_as_running(
     browser: Any, server: Served
 ) -> None:

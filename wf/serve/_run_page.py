@@ -176,7 +176,8 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
   <div class="title">
     <h1 class="mono">{esc(run.id)}</h1>
     <span class="workflow">{line(run.workflow)}</span>
-    <span id="run-status" data-status="{esc(status)}">{badge(status)}</span>
+    <span id="run-status" data-status="{esc(status)}"
+      data-updated="{run.updated_at!r}">{badge(status)}</span>
     <div class="actions">{"".join(actions)}</div>
   </div>
   <ul class="whys">{lines}</ul>

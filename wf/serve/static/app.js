@@ -79,10 +79,14 @@
     var es = new EventSource(src);
     es.addEventListener("open", function () { document.body.classList.add("connected"); });
     es.addEventListener("error", function () { document.body.classList.remove("connected"); });
-    es.addEventListener("run", function () {
+    es.addEventListener("run", function (e) {
       if (first && document.body.getAttribute("data-live").indexOf("run=") >= 0) {
-        first = false;  // the run's state when we connected: the page has it already
-        return;
+        first = false;  // the run's state when we connected: the page has it, unless it
+        // changed in between (a cancel's redirect races the cancel)
+        var shown = document.getElementById("run-status"), now = null;
+        try { now = JSON.parse(e.data); } catch (err) {}
+        if (shown && now && shown.dataset.status === now.status &&
+            Number(shown.dataset.updated) === now.updated_at) return;
       }
       schedule();
     });
