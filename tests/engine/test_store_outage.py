@@ -72,8 +72,12 @@ def _failing(store: Store, name: str, times: int) -> list[int]:
 
 @pytest.mark.timeout(60)
 async def test_a_worker_waits_out_a_store_that_does_not_answer_for_a_while(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from wf.engine import _worker
+
+    # Four failures in a row, with pauses of 50 ms doubling (0.75 s, not 7.5 s at 0.5 s).
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.05, 5.0))
     store = MemoryStore()
     engine = Engine(store)
     with use_engine(engine):
