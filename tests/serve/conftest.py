@@ -209,11 +209,13 @@ class Served:
         )
 
 
-def spawn_server(env: dict[str, str], *args: str, port: int | None = None) -> Served:
-    """Start ``wf serve`` and wait until it answers."""
+def spawn_server(
+    env: dict[str, str], *args: str, port: int | None = None, module: str = "wf"
+) -> Served:
+    """Start ``wf serve`` (``python -m MODULE serve``) and wait until it answers."""
     port = port or free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "wf", "serve", "--port", str(port), *args],
+        [sys.executable, "-m", module, "serve", "--port", str(port), *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

@@ -237,11 +237,13 @@ def test_sigterm_stops_the_server_although_a_step_ignores_its_cancellation(
     tmp_path: Path,
 ) -> None:
     """After ``--grace`` the step is cancelled, ignores it, and is left running: the server
-    still exits (it does not wait for that task while closing its event loop)."""
+    still exits (it does not wait for that task while closing its event loop). The drive is
+    waited for 0.5 s once cancelled, not 5 s (``tests.short_cancel_grace``)."""
     log = tmp_path / "log"
     log.mkdir()
     (log / "deaf").touch()
-    served = spawn_server(env_for(tmp_path, WF_TEST_LOG=str(log)), "--grace", "0.2")
+    env = env_for(tmp_path, WF_TEST_LOG=str(log))
+    served = spawn_server(env, "--grace", "0.2", module="tests.short_cancel_grace")
     try:
         client = httpx.Client(base_url=served.url, timeout=30)
         started = client.post("/api/v1/runs", json={"target": "tests.cli.flows:deaf_flow"})
