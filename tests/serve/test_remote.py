@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import urllib.parse
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,27 +14,44 @@ import pytest
 
 import wf
 from tests.serve import flows
-from tests.serve.conftest import DSN, Served, env_for, spawn_server, stop
+from tests.serve.conftest import DSN, Served, env_for, postgres_or_skip, spawn_server, stop
 from tests.serve.flows import Approval
 
 TOKEN = "remote-token-1"
 
 
-@pytest.fixture(params=["local", "postgres"])
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Served]:
-    """A ``wf serve --token`` on a fresh store."""
+@pytest.fixture(scope="module", params=["local", "postgres"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """A ``wf serve --token`` on a fresh store, one per store for the module's tests (a
+    server's start is about a second): each test starts runs of its own, with hook tokens of
+    its own, and looks at those only."""
+    tmp_path = tmp_path_factory.mktemp("served")
+    schema = None
     if request.param == "local":
         env = env_for(tmp_path)
     else:
-        schema = request.getfixturevalue("pg_schema")
+        import psycopg
+
+        postgres_or_skip()
+        schema = f"wf_test_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(DSN, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
         options = urllib.parse.quote(f"-csearch_path={schema}")
         separator = "&" if "?" in DSN else "?"
         env = env_for(tmp_path, WF_POSTGRES_DSN=f"{DSN}{separator}options={options}")
-    server = spawn_server(env, "--token", TOKEN)
     try:
-        yield server
+        server = spawn_server(env, "--token", TOKEN)
+        try:
+            yield server
+        finally:
+            stop(server)
     finally:
-        stop(server)
+        if schema is not None:
+            with psycopg.connect(DSN, autocommit=True) as conn:
+                conn.execute("SET lock_timeout = '10s'")
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 @pytest.fixture
