@@ -209,7 +209,9 @@ def bind_port(host: str, port: int) -> socket.socket:
     """A listening socket on ``host`` and ``port`` (``0``: a free port the OS picks, which the
     socket's ``getsockname()`` then says), bound as uvicorn binds one."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio turns Nagle off only on a socket whose protocol says
+    # TCP, and with it on each answer after a connection's first waited 40 ms for an ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host.strip("[]"), port))
