@@ -13,6 +13,7 @@ collection, or kept in a name that is later awaited or handed on are left alone.
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 
 from wf.check._checks import Sink
 from wf.check._declared import Declarations
@@ -53,13 +54,18 @@ _KEEPS = (
 )
 
 
-def check_awaits(project: Project, declarations: Declarations, sink: Sink) -> None:
-    """Flag un-awaited operations in the body of every async workflow."""
+def _async_workflows(declarations: Declarations) -> Iterator[tuple[ast.AsyncFunctionDef, Scope]]:
+    """Each async workflow's function and scope."""
     for scope, declared in declarations.by_scope.items():
         fn = scope.function
-        if declared.kind != "workflow" or not isinstance(fn, ast.AsyncFunctionDef):
-            continue
-        with sink.guarded(scope):
+        if declared.kind == "workflow" and isinstance(fn, ast.AsyncFunctionDef):
+            yield fn, scope
+
+
+def check_awaits(project: Project, declarations: Declarations, sink: Sink) -> None:
+    """Flag un-awaited operations in the body of every async workflow."""
+    for fn, scope in _async_workflows(declarations):
+        with sink.guarded(scope):  # not in the generator: the loop's errors never reach it
             _check_awaits(fn, scope, project, declarations, sink)
 
 
@@ -90,10 +96,7 @@ def _check_awaits(
 
 def check_uncalled_awaits(project: Project, declarations: Declarations, sink: Sink) -> None:
     """Flag ``await charge`` (no call) of a step or workflow in every async workflow."""
-    for scope, declared in declarations.by_scope.items():
-        fn = scope.function
-        if declared.kind != "workflow" or not isinstance(fn, ast.AsyncFunctionDef):
-            continue
+    for fn, scope in _async_workflows(declarations):
         with sink.guarded(scope):
             _check_uncalled_awaits(fn, scope, project, declarations, sink)
 
