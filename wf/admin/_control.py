@@ -182,14 +182,7 @@ async def cancel_tree(
             if fault.kind != "children" or fault.item not in tree:
                 # No result to carry it (a child whose record cannot be read is not listed):
                 # said as it would be without the collecting, logged and in the store's faults.
-                engine.store.faults.note(
-                    fault.kind,
-                    fault.item,
-                    fault.where,
-                    fault.reason,
-                    failed=fault.failed,
-                    again=fault.again,
-                )
+                engine.store.faults.note_collected(fault)
             elif fault not in damaged.setdefault(fault.item, []):
                 damaged[fault.item].append(fault)
         new = [rid for rid in tree if rid not in sent]

@@ -361,14 +361,7 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
         store.faults.note("streams", ctx.run_id, where, error)
         listed, found = {}, []
     for fault in found:  # said as the listing says them outside the collecting
-        store.faults.note(
-            fault.kind,
-            fault.item,
-            fault.where,
-            fault.reason,
-            failed=fault.failed,
-            again=fault.again,
-        )
+        store.faults.note_collected(fault)
     damaged = {fault.item for fault in found if fault.kind == "stream"}
     for name, (count, closed) in listed.items():
         if not closed:

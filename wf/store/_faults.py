@@ -123,6 +123,18 @@ class Faults:
         log.error("%s; everything else goes on", fault.said())
         return fault
 
+    def note_collected(self, fault: Fault) -> Fault:
+        """``note`` a fault a collecting caller (``collect_faults``) kept and did not say: as
+        it would have been noted without the collecting."""
+        return self.note(
+            fault.kind,
+            fault.item,
+            fault.where,
+            fault.reason,
+            failed=fault.failed,
+            again=fault.again,
+        )
+
     @contextlib.contextmanager
     def contain(self, kind: str, item: str, where: str | Callable[[], str]) -> Iterator[None]:
         """Run one item's work: an exception of its own is noted and swallowed; a store
