@@ -21,8 +21,7 @@ if _shadows.started_as_python_m_wf():
     # queue.py (see wf._shadows).
     _shadows.shield_current_directory()
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     # The subpackages ``__getattr__`` imports on first use (``_SUBPACKAGES``).
@@ -250,16 +249,6 @@ _SUBPACKAGES = {"admin", "ai", "otel", "testing"}
 # Hidden from type checkers: a module ``__getattr__`` would make them accept any name
 # (``wf.workflw``); they see the imports above instead.
 if not TYPE_CHECKING:
+    from wf._lazy import lazy_names
 
-    def __getattr__(name: str) -> Any:
-        if name in _SUBPACKAGES:
-            return importlib.import_module(f"wf.{name}")
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module 'wf' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_names(globals(), _EXPORTS, _SUBPACKAGES)

@@ -26,8 +26,7 @@ here (``LocalAdmin``) or a ``wf serve`` (``HttpAdmin``, when ``WF_URL`` is set):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wf.admin._client import Admin, LocalAdmin, connect, hook_page, list_hooks, local
@@ -218,14 +217,6 @@ __all__ = [
 # Hidden from type checkers: a module ``__getattr__`` would make them accept any name
 # (``from wf.admin import cancle``); they see the imports above instead.
 if not TYPE_CHECKING:
+    from wf._lazy import lazy_names
 
-    def __getattr__(name: str) -> Any:
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module 'wf.admin' has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_names(globals(), _EXPORTS)

@@ -25,9 +25,8 @@ diverges).
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from wf.store import Store
@@ -48,17 +47,11 @@ _EXPORTS = {
 so this package, in every session where wf is installed."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'wf.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
+# Hidden from type checkers, which see the imports above (``wf._lazy``).
+if not TYPE_CHECKING:
+    from wf._lazy import lazy_names
 
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    __getattr__, __dir__ = lazy_names(globals(), _EXPORTS)
 
 
 @contextlib.asynccontextmanager
