@@ -161,6 +161,24 @@ async def finished(store: LocalStore, run_id: str) -> RunRecord:
     return run
 
 
+async def test_a_whole_record_with_a_damaged_field_is_no_creation_cut_short(
+    local: LocalStore, root: Path
+) -> None:
+    """Its journal gone and its record's one field of the wrong kind: the run's only copy, its
+    damage said, never discarded as a leftover (a claim or a creation of its id would)."""
+    from wf.store.local import _records
+
+    await finished(local, "r1")
+    path = journal(root, "r1")
+    record_file = path.with_name("run.json")
+    data = orjson.loads(record_file.read_bytes())
+    record_file.write_bytes(orjson.dumps({**data, "retention": "1s"}))
+    path.write_bytes(path.read_bytes()[:40])
+    assert not _records.cut_short(str(path.parent))
+    with pytest.raises(StoreCorrupted):
+        await local.get_run("r1")
+
+
 async def test_compaction_passes_over_a_creation_cut_short_and_packs_the_rest(
     local: LocalStore, root: Path
 ) -> None:

@@ -8,6 +8,7 @@ are ``None``. ``get_run`` loads them back, so it is exact.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Sequence
@@ -187,9 +188,9 @@ def _rebuild(run_dir: str, path: str, journal: list[Event] | None, why: str | No
             raise StoreCorrupted(f"{cache}{journal_path} is missing") from None
     record = record_from_journal(ends)
     if record is None:
-        if not ends:
-            # Not one complete line, and no readable record: a creation a power cut cut
-            # short (``cut_short``), never reported created. No run, not damage.
+        if not ends and cut_short(run_dir):
+            # Not one complete line, and no record: a creation a power cut cut short, never
+            # reported created. No run, not damage.
             raise RunNotFound(os.path.basename(run_dir))
         why = "cannot rebuild it" if cache else "does not start with the run's record"
         raise StoreCorrupted(f"{cache}{journal_path} {why}")
@@ -205,10 +206,16 @@ def cut_short(run_dir: str) -> bool:
     or record with bytes in it; this reads them)."""
     path = os.path.join(run_dir, RUN_FILE)
     try:
-        decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
-        return False
+        raw = _fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR))
     except (FileNotFoundError, NotADirectoryError, StoreCorrupted):
         pass
+    else:
+        # A record at all, not ``decode``'s full check: one whose field is of the wrong kind
+        # is a run's damaged record (maybe its only copy), never a leftover to discard.
+        with contextlib.suppress(orjson.JSONDecodeError):
+            data = orjson.loads(raw)
+            if isinstance(data, dict) and isinstance(data.get("id"), str):
+                return False
     try:
         return not _journal.read_ends(os.path.join(run_dir, JOURNAL_FILE))
     except FileNotFoundError:
