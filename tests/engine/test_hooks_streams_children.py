@@ -267,6 +267,28 @@ async def test_reading_a_stream_the_run_never_created_names_its_streams(
     assert caught.value.streams == ["default", "log", "sync"]
 
 
+@wf.step
+async def opens_quietly() -> None:
+    async with wf.stream_writer("quiet"):
+        pass  # nothing to say this time
+
+
+@wf.workflow
+async def quiet() -> str:
+    await opens_quietly()
+    return "done"
+
+
+async def test_a_stream_opened_but_never_written_ends_with_its_run_closed_and_empty(
+    wf_engine: Engine,
+) -> None:
+    """Its run's end used to fail on it (``max()`` of no index): the run never ended."""
+    run = await wf.start(quiet)
+    assert await run.result() == "done"
+    assert (await run.status()) is wf.RunStatus.COMPLETED
+    assert [c async for c in run.read_stream("quiet")] == []
+
+
 def test_stream_writer_outside_a_step_is_an_error() -> None:
     with pytest.raises(wf.UsageError, match="inside a step"):
         wf.stream_writer()

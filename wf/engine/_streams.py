@@ -135,6 +135,8 @@ class StreamWriter:
             return
         ctx = self._ctx
         stored = (await ctx.engine.store.stream_info(ctx.run_id, self.name))[0]
+        if self.name in state.counts:
+            return  # a write beside this one counted meanwhile: one count, its gaps taken once
         journaled = [i for (_, s, _), idx in state.writes.items() if s == self.name for i in idx]
         state.counts[self.name] = max([stored, *(i + 1 for i in journaled)])
         state.gaps[self.name] = sorted({i for i in journaled if i >= stored})
@@ -384,7 +386,10 @@ async def close_streams(ctx: RunContext, record: RunRecord) -> None:
             # data): left as it is, its readers told of the damage (a close would repair its
             # index to its data, and hide it).
             continue
-        journaled = max(i for (_, s, _), idx in state.writes.items() if s == name for i in idx)
+        # -1: opened and never written (its writer journals nothing): closed empty.
+        journaled = max(
+            (i for (_, s, _), idx in state.writes.items() if s == name for i in idx), default=-1
+        )
         if not count and journaled > 0:
             # A chunk past the first was journaled, so one at least was stored (a stream's
             # chunks are written in order): the store lost them. Closed empty, it would read
