@@ -393,7 +393,7 @@ def test_a_pass_too_deep_for_one_workflow_is_a_note_for_it(
     [note] = [n for n in result.notes if Path(n.path).name == "chain.py"]
     assert note.line == 5
     # Not "the rest is checked": the rules after the point it ran out are skipped for `chain`.
-    assert note.message.startswith("workflow code of `chain` partly analysed: nested too deeply")
+    assert note.message.startswith("`chain` partly analysed: nested too deeply")
     assert [(Path(f.path).name, f.code) for f in result.findings] == [("other.py", "WF101")]
 
 

@@ -50,7 +50,7 @@ class Sink:
         if isinstance(node, ast.stmt | ast.expr):
             module = scope.module
             why = (
-                f"workflow code of `{scope.qualname}` partly analysed: nested too deeply for "
+                f"`{scope.qualname}` partly analysed: nested too deeply for "
                 "wf check (Python runs it); the rules past that point are skipped for it"
             )
             col = module.column(node.lineno, node.col_offset)
