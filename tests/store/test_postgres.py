@@ -3033,3 +3033,50 @@ async def test_a_post_racing_the_delete_of_its_finished_run_leaves_no_inbox_row(
         assert await store.verify() == []
     finally:
         await store.close()
+
+
+async def test_a_post_committed_while_the_delete_of_its_run_reads_leaves_no_inbox_row(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delete is one statement with one snapshot: a post to a finished run that locks the
+    row, inserts and commits after that snapshot but before the delete locks the row is not
+    waited for (its lock is gone) and its message is not in the snapshot the delete's inbox
+    ``DELETE`` reads. The delete stops here, after its snapshot and before its row locks
+    (a gate on an advisory lock this test holds), while such a post commits."""
+    from wf.store.postgres import _store
+    from wf.store.postgres._session import lock_key
+
+    gate = lock_key(schema, "test gate")
+    gated = _store._DELETE_RUNS.replace(
+        "WITH candidates AS (",
+        f"WITH gate AS (SELECT pg_advisory_xact_lock({gate})), candidates AS (",
+    ).replace(
+        "JOIN candidates c ON r.id = c.id", "JOIN candidates c ON r.id = c.id CROSS JOIN gate"
+    )
+    assert gated.count("gate") == 2, "the delete's SQL changed: place the gate again"
+    monkeypatch.setattr(_store, "_DELETE_RUNS", gated)
+    store = make(schema)
+    await store.open()
+    try:
+        run = await created(store)
+        await save(store, run, RunStatus.COMPLETED)
+        async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as holder:
+            await holder.execute("SELECT pg_advisory_lock(%s)", [gate])
+            deleting = asyncio.ensure_future(store.delete_runs([run.id], now=1.0, reason="r"))
+            for _ in range(500):  # until the delete waits at the gate
+                cur = await holder.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                    [holder.info.backend_pid],
+                )
+                if await cur.fetchone() is not None:
+                    break
+                assert not deleting.done(), deleting
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the delete never reached the gate")
+            await store.post(run.id, "wake", {})  # the run is there: the delete locks nothing yet
+            await holder.execute("SELECT pg_advisory_unlock(%s)", [gate])
+        assert (await asyncio.wait_for(deleting, 10)).ids == [run.id]
+        assert await store.verify() == []
+    finally:
+        await store.close()

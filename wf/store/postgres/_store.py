@@ -362,8 +362,10 @@ SELECT id FROM message
 is locked first, a finished run's too: a retention delete of the run that has not committed
 yet is waited for (under READ COMMITTED the row is then read again, and found gone: no such
 run), where an insert beside it would leave an inbox row of no run (the delete cannot see
-it). The lock is the one the ``UPDATE`` takes (``NO KEY UPDATE``): two posts to one run wait
-for each other as they did, and never deadlock on raising a shared lock."""
+it); one that commits after the delete's snapshot but before the delete locks the row is
+deleted by its second statement (``_DELETE_LATE_INBOX``). The lock is the one the ``UPDATE``
+takes (``NO KEY UPDATE``): two posts to one run wait for each other as they did, and never
+deadlock on raising a shared lock."""
 
 _POST_ONCE = """
 WITH run AS (
@@ -505,6 +507,20 @@ SELECT (SELECT array_agg(id) FROM runs),
        coalesce((SELECT sum(n) FROM runs), 0) + coalesce((SELECT sum(n) FROM journal), 0)
        + coalesce((SELECT sum(n) FROM inbox), 0) + coalesce((SELECT sum(n) FROM chunks), 0)
 """
+
+_DELETE_LATE_INBOX = """
+WITH inbox AS (
+    DELETE FROM wf_inbox WHERE run_id = ANY(%s::text[]) RETURNING pg_column_size(data) AS n
+)
+SELECT coalesce(sum(n), 0) FROM inbox
+"""
+"""The messages ``_DELETE_RUNS`` could not see, deleted in its transaction by a statement of
+its own. That statement reads one snapshot, taken before it locks a row: a post to a finished
+run that locked the row, inserted and committed in between is not waited for (its lock is
+gone) and its message is not in the snapshot, so it would be left with no run. This statement's
+snapshot holds it; a post after it waits on the row lock the delete holds and finds no run. A
+post is the only writer of a finished run (the rest write under the lease, which the delete
+skips), so the inbox is the only table to read again."""
 
 _COUNTS = "SELECT name, sum(n) FROM wf_counts GROUP BY name"
 _SCAN_COUNTS = (
@@ -1742,8 +1758,12 @@ class PostgresStore(Store):
             "now": float(now),
             "reason": reason,
         }
-        row = await self._fetchone("delete runs", _DELETE_RUNS, params)
-        ids, size = (row or (None, 0))[:2]
+        async with self._query("delete runs", None, False) as conn, conn.transaction():
+            row = await (await conn.execute(_DELETE_RUNS, params)).fetchone()
+            ids, size = (row or (None, 0))[:2]
+            if ids:
+                late = await (await conn.execute(_DELETE_LATE_INBOX, [ids])).fetchone()
+                size = int(size or 0) + int((late or (0,))[0] or 0)
         for run_id in ids or ():
             session.signals.changed(QUEUE, run_id)
         return Deleted(sorted(ids or []), int(size or 0))
