@@ -3080,3 +3080,26 @@ async def test_a_post_committed_while_the_delete_of_its_run_reads_leaves_no_inbo
         assert await store.verify() == []
     finally:
         await store.close()
+
+
+async def test_deleting_a_run_deletes_its_step_logs(schema: str) -> None:
+    """Retention and ``wf gc`` left a deleted run's ``wf_logs`` rows for good: nothing else
+    deleted them, and verify did not name them."""
+    from wf.store.conformance import log_entry
+
+    store = make(schema)
+    await store.open()
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        await lease.append_logs([log_entry("a"), log_entry("b")])
+        await lease.release()
+        await save(store, run, RunStatus.COMPLETED)
+        done = await store.delete_runs([run.id], now=1.0, reason="gc")
+        assert done.ids == [run.id]
+        async with await psycopg.AsyncConnection.connect(DSN) as conn:
+            await conn.execute(f"SET search_path TO {schema}")
+            cur = await conn.execute("SELECT count(*) FROM wf_logs WHERE run_id = %s", [run.id])
+            assert await cur.fetchone() == (0,)
+    finally:
+        await store.close()

@@ -494,6 +494,9 @@ WITH candidates AS (
     RETURNING pg_column_size(data) AS n
 ), ends AS (
     DELETE FROM wf_stream_ends WHERE run_id IN (SELECT id FROM doomed)
+), logs AS (
+    DELETE FROM wf_logs WHERE run_id IN (SELECT id FROM doomed)
+    RETURNING pg_column_size(entry) AS n
 ), runs AS (
     DELETE FROM wf_runs WHERE id IN (SELECT id FROM doomed)
     RETURNING id, pg_column_size(record) AS n
@@ -506,6 +509,7 @@ WITH candidates AS (
 SELECT (SELECT array_agg(id) FROM runs),
        coalesce((SELECT sum(n) FROM runs), 0) + coalesce((SELECT sum(n) FROM journal), 0)
        + coalesce((SELECT sum(n) FROM inbox), 0) + coalesce((SELECT sum(n) FROM chunks), 0)
+       + coalesce((SELECT sum(n) FROM logs), 0)
 """
 
 _DELETE_LATE_INBOX = """
