@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -31,11 +33,27 @@ def first_drive_kills_the_server(env: dict[str, str], workflow: str, input_: obj
     first drive. The run's id."""
     served = spawn_server(env)
     try:
-        started = httpx.post(
-            f"{served.url}/api/v1/runs",
-            json={"target": f"{FLOWS}:{workflow}", "input": input_},
-            timeout=30,
-        )
+        try:
+            started = httpx.post(
+                f"{served.url}/api/v1/runs",
+                json={"target": f"{FLOWS}:{workflow}", "input": input_},
+                timeout=30,
+            )
+        except httpx.RemoteProtocolError:
+            # The drive began, and killed the server, before the answer was sent: the run was
+            # durable before it was driven, so the store has it.
+            assert served.proc.wait(timeout=30) == 7
+            listed = subprocess.run(
+                [sys.executable, "-m", "wf", "runs", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            (run,) = json.loads(listed.stdout)
+            assert run["workflow"] == f"{FLOWS}:{workflow}"
+            return str(run["id"])
         assert started.status_code == 201, started.text
         assert served.proc.wait(timeout=30) == 7
         run_id: str = started.json()["id"]
