@@ -446,6 +446,33 @@ def test_an_import_that_spins_is_given_up_and_the_wait_is_put_back(
     assert every == timer[1] and (left <= timer[0] - 0.2 if timer[0] else left == 0.0)
 
 
+def test_a_timer_set_before_the_import_that_ends_during_it_still_fires(
+    package: tuple[Path, str],
+) -> None:
+    """A one-shot timer set before a slow import (pytest-timeout's, say) that runs out while
+    it runs is not lost: its handler runs once the import is done."""
+    folder, name = package
+    write(folder / "util.py", "import time\ntime.sleep(0.4)\n")
+    modules = ProjectModules([Path.cwd()], [f"{name}.util"], import_wait=5)
+    fired: list[int] = []
+    outer = signal.getitimer(signal.ITIMER_REAL)
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    began = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        assert modules.load().ok
+        deadline = time.monotonic() + 2
+        while not fired and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer[0]:
+            left = max(outer[0] - (time.monotonic() - began), 0.01)
+            signal.setitimer(signal.ITIMER_REAL, left, outer[1])
+    assert fired == [signal.SIGALRM]
+
+
 def test_a_module_is_imported_on_the_loop_thread(package: tuple[Path, str]) -> None:
     """As by ``wf worker``: module-level objects bound to the thread that made them (an
     SQLite connection, ``threading.local``, the running event loop) serve the steps."""

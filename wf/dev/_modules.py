@@ -374,21 +374,22 @@ class ProjectModules:
                 raise _Stuck(self._where(frame), waited)
 
         previous = signal.signal(signal.SIGALRM, look)
+        timer: tuple[float, float] = (0.0, 0.0)
         try:
             timer = signal.setitimer(signal.ITIMER_REAL, _LOOK_EVERY, _LOOK_EVERY)
             try:
-                try:
-                    _import_all(names)
-                finally:
-                    importing = False
+                _import_all(names)
             finally:
-                # The timer set before (pytest-timeout's, say) goes on, less the time spent.
-                left, every = timer
-                if left > 0:
-                    left = max(left - (time.monotonic() - began), 1e-6)
-                signal.setitimer(signal.ITIMER_REAL, left, every)
+                importing = False
         finally:
+            # The timer set before (pytest-timeout's, say) goes on, less the time spent, and
+            # with its own handler back first: one that ran out meanwhile fires now.
+            signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            left, every = timer
+            if left > 0:
+                left = max(left - (time.monotonic() - began), 1e-6)
+                signal.setitimer(signal.ITIMER_REAL, left, every)
 
     def _where(self, frame: types.FrameType | None) -> str:
         """Where the import is in the project's code (``path:line``), else in which file."""
