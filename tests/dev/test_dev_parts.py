@@ -473,6 +473,53 @@ def test_a_timer_set_before_the_import_that_ends_during_it_still_fires(
     assert fired == [signal.SIGALRM]
 
 
+def test_an_import_given_up_never_leaves_the_import_system_half_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given up at any moment (looks made very often here), the import is never interrupted
+    inside importlib's own code: no import lock is left held (another thread's import would
+    block for good) and nothing is swallowed by importlib's callbacks."""
+    import _imp
+    import importlib
+    import importlib._bootstrap as bootstrap  # type: ignore[import-not-found]
+
+    import wf.dev._modules as dev_modules
+
+    name = f"heavy_{uuid.uuid4().hex[:8]}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(dev_modules, "_LOOK_EVERY", 0.0005)
+    for i in range(200):
+        write(tmp_path / name / f"m{i}.py", f"X = {i}\n")
+    write(tmp_path / name / "__init__.py", "")
+    write(
+        tmp_path / f"{name}_all.py",
+        f"import importlib\nfor i in range(200):\n    importlib.import_module(f'{name}.m{{i}}')\n",
+    )
+    swallowed: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", swallowed.append)
+    deadline = time.monotonic() + 4
+    trials = 0
+    try:
+        while time.monotonic() < deadline:
+            for module in [m for m in sys.modules if m.startswith(name)]:
+                del sys.modules[module]
+            importlib.invalidate_caches()
+            wait = 0.0005 * (trials % 16)
+            ProjectModules([tmp_path], [f"{name}_all"], import_wait=wait).load()
+            trials += 1
+            assert not _imp.lock_held(), f"import lock left held (trial {trials})"
+            locks = [(n, ref()) for n, ref in list(bootstrap._module_locks.items())]
+            held = [n for n, lock in locks if lock is not None and lock.count]
+            assert not held, held
+        assert not swallowed, swallowed
+    finally:
+        while _imp.lock_held():
+            _imp.release_lock()
+        for module in [m for m in sys.modules if m.startswith(name)]:
+            del sys.modules[module]
+
+
 def test_a_module_is_imported_on_the_loop_thread(package: tuple[Path, str]) -> None:
     """As by ``wf worker``: module-level objects bound to the thread that made them (an
     SQLite connection, ``threading.local``, the running event loop) serve the steps."""

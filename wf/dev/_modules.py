@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from wf import _interrupts
 from wf._loader import ensure_on_path, module_name_for
 from wf.check._files import resolved
 from wf.engine import _workflow
@@ -370,6 +371,8 @@ class ProjectModules:
                 return
             waited = time.monotonic() - began
             if waited >= self.import_wait or self.stop_asked():
+                if _unsafe_to_raise(frame, sys._getframe().f_code):
+                    return  # at the next look
                 importing = False  # raised once: the import system unwinds undisturbed
                 raise _Stuck(self._where(frame), waited)
 
@@ -468,6 +471,24 @@ def _imports(tree: ast.Module, file: Path) -> list[tuple[list[str], Path | None]
         else:
             todo.extend(ast.iter_child_nodes(node))
     return found
+
+
+def _unsafe_to_raise(frame: types.FrameType | None, look: types.CodeType) -> bool:
+    """Whether ``_Stuck`` raised at ``frame`` could break the interpreter rather than the
+    import: inside importlib's own code (between taking an import lock and the ``try`` that
+    releases it, in a callback whose exceptions are swallowed), inside wf's stop-signal
+    handler, or inside an earlier ``look`` (its exception would surface where that one was
+    called, importlib's code maybe). The next look tries again."""
+    if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        return True
+    while frame is not None:
+        if frame.f_code is _STOP_HANDLER or frame.f_code is look:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_STOP_HANDLER = _interrupts.StopSignals.__call__.__code__
 
 
 def _import_all(names: Sequence[str]) -> None:
