@@ -520,33 +520,6 @@ def test_an_import_given_up_never_leaves_the_import_system_half_done(
             del sys.modules[module]
 
 
-def test_an_import_that_swallows_the_interrupt_is_given_up_all_the_same(
-    package: tuple[Path, str],
-) -> None:
-    """A bare ``except`` around a blocking wait catches the interrupt too: the import is
-    interrupted again until it ends (here it would end by itself after 3 s)."""
-    folder, name = package
-    write(
-        folder / "util.py",
-        """
-        import time
-        began = time.monotonic()
-        while time.monotonic() - began < 3:
-            try:
-                time.sleep(0.2)
-            except:  # noqa: E722
-                pass
-        """,
-    )
-    tracing = sys.gettrace()
-    modules = ProjectModules([Path.cwd()], [f"{name}.util"], import_wait=0.2)
-    outcome = modules.load()
-    assert (outcome.ok, outcome.stuck) == (False, True)
-    assert outcome.took < 2, outcome.took
-    assert outcome.error is not None and outcome.error.startswith(f"{name}/util.py:5:")
-    assert sys.gettrace() is tracing
-
-
 def test_a_module_is_imported_on_the_loop_thread(package: tuple[Path, str]) -> None:
     """As by ``wf worker``: module-level objects bound to the thread that made them (an
     SQLite connection, ``threading.local``, the running event loop) serve the steps."""

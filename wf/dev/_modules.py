@@ -352,9 +352,7 @@ class ProjectModules:
         objects bound to their thread, an SQLite connection or the running loop, serve the
         steps), for at most ``import_wait`` seconds and not past a stop signal: a short
         interval timer (SIGALRM) looks, and once the wait ran out raises ``_Stuck`` into the
-        import (a ``time.sleep``, a socket wait, a ``while True`` loop), and again at each
-        look and the next line run after it (a trace function) until the import ends, so
-        that code swallowing it (``except:``) is left all the same. The import system
+        import (a ``time.sleep``, a socket wait, a ``while True`` loop). The import system
         then drops the module half run and releases its lock, so nothing of it runs on.
         Raises what the import raised, or ``_Stuck``. Off the main thread, or without
         ``setitimer``, the import is not bounded."""
@@ -366,39 +364,17 @@ class ProjectModules:
         began = time.monotonic()
         importing = True
         own = sys._getframe()
-        hung: _Stuck | None = None
-        """What the first look past the wait raised: raised again until the import ends."""
-        due = False
-        """Whether a look since the last raise found the import still running: ``trace``
-        raises at the next line (code that swallows the raise, ``except:`` around a
-        ``time.sleep``, is left by the line after)."""
-        tracing = sys.gettrace()
-
-        def trace(frame: types.FrameType, event: str, arg: object) -> Any:
-            nonlocal due
-            if importing and due and event == "line" and not _unsafe_to_raise(frame, look_code):
-                due = False  # and Python unsets a trace function that raises: look sets it again
-                raise _Stuck(hung.where if hung else "", time.monotonic() - began)
-            return trace
 
         def look(signum: int, frame: types.FrameType | None) -> None:
-            nonlocal hung, due
+            nonlocal importing
             if not importing or frame is own:  # not in the import (or back out of it)
                 return
             waited = time.monotonic() - began
             if waited >= self.import_wait or self.stop_asked():
                 if _unsafe_to_raise(frame, sys._getframe().f_code):
                     return  # at the next look
-                if hung is None:
-                    hung = _Stuck(self._where(frame), waited)
-                sys.settrace(trace)  # for new frames; those running now below
-                while frame is not None and frame is not own:
-                    frame.f_trace = trace
-                    frame = frame.f_back
-                due = True
-                raise _Stuck(hung.where, waited)  # again at each look till it ends
-
-        look_code = look.__code__
+                importing = False  # raised once: the import system unwinds undisturbed
+                raise _Stuck(self._where(frame), waited)
 
         previous = signal.signal(signal.SIGALRM, look)
         timer: tuple[float, float] = (0.0, 0.0)
@@ -408,8 +384,6 @@ class ProjectModules:
                 _import_all(names)
             finally:
                 importing = False
-                if hung is not None:
-                    sys.settrace(tracing)
         finally:
             # The timer set before (pytest-timeout's, say) goes on, less the time spent, and
             # with its own handler back first: one that ran out meanwhile fires now.
@@ -499,7 +473,7 @@ def _imports(tree: ast.Module, file: Path) -> list[tuple[list[str], Path | None]
     return found
 
 
-def _unsafe_to_raise(frame: types.FrameType | None, look: types.CodeType | None) -> bool:
+def _unsafe_to_raise(frame: types.FrameType | None, look: types.CodeType) -> bool:
     """Whether ``_Stuck`` raised at ``frame`` could break the interpreter rather than the
     import: inside importlib's own code (between taking an import lock and the ``try`` that
     releases it, in a callback whose exceptions are swallowed), inside wf's stop-signal
@@ -508,7 +482,7 @@ def _unsafe_to_raise(frame: types.FrameType | None, look: types.CodeType | None)
     if frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
         return True
     while frame is not None:
-        if frame.f_code is _STOP_HANDLER or (look is not None and frame.f_code is look):
+        if frame.f_code is _STOP_HANDLER or frame.f_code is look:
             return True
         frame = frame.f_back
     return False
