@@ -520,6 +520,30 @@ def test_an_import_given_up_never_leaves_the_import_system_half_done(
             del sys.modules[module]
 
 
+def test_an_import_given_up_inside_a_library_says_to_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted inside a library outside the project, the import may leave that library
+    half loaded (modules it finished stay in ``sys.modules``): the error says to restart."""
+    lib = f"extlib_{uuid.uuid4().hex[:8]}"
+    project, site_dir = tmp_path / "proj", tmp_path / "site"
+    write(site_dir / lib / "reg.py", "seen = set()\n")
+    write(site_dir / lib / "__init__.py", "import time\nfrom . import reg\ntime.sleep(2)\n")
+    write(project / "flows_lib.py", f"import {lib}\n")
+    monkeypatch.chdir(project)
+    monkeypatch.syspath_prepend(str(site_dir))
+    monkeypatch.syspath_prepend(str(project))
+    try:
+        outcome = ProjectModules([project], ["flows_lib"], import_wait=0.2).load()
+    finally:
+        for module in [m for m in sys.modules if m.startswith((lib, "flows_lib"))]:
+            del sys.modules[module]
+    assert outcome.stuck and outcome.error is not None
+    assert outcome.error.startswith("flows_lib.py:1: "), outcome.error
+    assert f"may hold part of {lib}" in outcome.error
+    assert "restart wf dev (Ctrl-C and start it again)" in outcome.error
+
+
 def test_a_module_is_imported_on_the_loop_thread(package: tuple[Path, str]) -> None:
     """As by ``wf worker``: module-level objects bound to the thread that made them (an
     SQLite connection, ``threading.local``, the running event loop) serve the steps."""

@@ -92,6 +92,9 @@ class _Stuck(BaseException):
         super().__init__(where)
         self.where = where
         self.waited = waited
+        self.library: str | None = None
+        """The library outside the project the import was in (or had loaded part of):
+        modules of it it finished stay loaded, the interpreter may hold part of it."""
 
 
 class ProjectModules:
@@ -374,14 +377,24 @@ class ProjectModules:
                 if _unsafe_to_raise(frame, sys._getframe().f_code):
                     return  # at the next look
                 importing = False  # raised once: the import system unwinds undisturbed
-                raise _Stuck(self._where(frame), waited)
+                stuck = _Stuck(self._where(frame), waited)
+                if frame is not None and not self.owns_file(frame.f_code.co_filename):
+                    stuck.library = _top_name(frame.f_globals.get("__name__"))
+                raise stuck
 
         previous = signal.signal(signal.SIGALRM, look)
         timer: tuple[float, float] = (0.0, 0.0)
         try:
             timer = signal.setitimer(signal.ITIMER_REAL, _LOOK_EVERY, _LOOK_EVERY)
+            known = set(sys.modules)
             try:
                 _import_all(names)
+            except _Stuck as stuck:
+                if stuck.library is None:  # loaded in part, outside the project?
+                    new = [n for n in sys.modules if n not in known]
+                    outside = [n for n in new if not self.owns(n, sys.modules.get(n))]
+                    stuck.library = _top_name(outside[0]) if outside else None
+                raise
             finally:
                 importing = False
         finally:
@@ -405,11 +418,18 @@ class ProjectModules:
 
     def _said_stuck(self, stuck: _Stuck) -> str:
         if self.stop_asked():
-            return f"{stuck.where}: the import was still running at the stop signal: given up"
-        return (
-            f"{stuck.where}: the import has not returned after {stuck.waited:.0f} s (code at "
-            "module level that blocks?); given up, the previous code keeps serving"
-        )
+            said = f"{stuck.where}: the import was still running at the stop signal: given up"
+        else:
+            said = (
+                f"{stuck.where}: the import has not returned after {stuck.waited:.0f} s (code "
+                "at module level that blocks?); given up, the previous code keeps serving"
+            )
+        if stuck.library:
+            said += (
+                f"; the interpreter may hold part of {stuck.library} (what it had loaded): "
+                "restart wf dev (Ctrl-C and start it again)"
+            )
+        return said
 
     def describe(self, exc: BaseException) -> str:
         """An import error in one line, located in the project's code where possible."""
@@ -489,6 +509,10 @@ def _unsafe_to_raise(frame: types.FrameType | None, look: types.CodeType) -> boo
 
 
 _STOP_HANDLER = _interrupts.StopSignals.__call__.__code__
+
+
+def _top_name(name: object) -> str | None:
+    return (name.partition(".")[0] or None) if isinstance(name, str) else None
 
 
 def _import_all(names: Sequence[str]) -> None:
