@@ -356,6 +356,18 @@ def test_the_modules_new_code_imports_first_are_found_without_importing_them(
     assert f"{name}.leaf" not in sys.modules
 
 
+def test_an_import_of_a_name_too_long_for_the_file_system_is_simply_not_found(
+    package: tuple[Path, str],
+) -> None:
+    """``import aaaa…`` (a name longer than a file name may be) is not a project module: no
+    ``OSError`` out of looking for its file."""
+    folder, name = package
+    modules = ProjectModules([Path.cwd()], [f"{name}.flows"])
+    assert modules.load().ok
+    write(folder / "flows.py", "import " + "a" * 300 + "\n")
+    assert modules.first_imports([folder / "flows.py"]) == []
+
+
 def test_a_runner_module_that_is_gone_is_found_before_any_drain(
     package: tuple[Path, str],
 ) -> None:

@@ -240,7 +240,11 @@ class ProjectModules:
         for directory in dirs:
             stem = directory.joinpath(*parts)
             for candidate in (stem / "__init__.py", stem.with_name(stem.name + ".py")):
-                if candidate.is_file():
+                try:
+                    found = candidate.is_file()
+                except OSError:  # a name too long for a file, a directory not readable
+                    found = False
+                if found:
                     file = resolved(candidate)
                     return file if self.owns_file(file) else None
         return None  # not found, or a namespace package: no code of its own
