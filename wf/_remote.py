@@ -76,15 +76,22 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 def default_timeout() -> float:
     """``WF_TIMEOUT`` (seconds, above 0), else ``TIMEOUT``; a ``UsageError`` naming the
     variable when it is not such a number."""
-    raw = os.environ.get("WF_TIMEOUT", "").strip()
+    return seconds_variable("WF_TIMEOUT", TIMEOUT)
+
+
+def seconds_variable(name: str, default: float) -> float:
+    """The environment variable ``name`` as a number of seconds above 0 (finite), else
+    ``default`` when it is unset or blank; a ``UsageError`` naming it when it is no such
+    number."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return TIMEOUT
+        return default
     try:
         seconds = float(raw)
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise UsageError(f"WF_TIMEOUT must be a number of seconds above 0, not {raw!r}")
+        raise UsageError(f"{name} must be a number of seconds above 0, not {raw!r}")
     return seconds
 
 

@@ -123,21 +123,10 @@ def dev_command(
 
 def _import_wait() -> float:
     """``WF_DEV_IMPORT_WAIT``: seconds an import may take before it is given up as stuck."""
-    import math
-
-    from wf._exceptions import UsageError
+    from wf._remote import seconds_variable
     from wf.dev._modules import IMPORT_WAIT
 
-    raw = os.environ.get("WF_DEV_IMPORT_WAIT", "").strip()
-    if not raw:
-        return IMPORT_WAIT
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise UsageError(f"WF_DEV_IMPORT_WAIT must be a number of seconds above 0, not {raw!r}")
-    return seconds
+    return seconds_variable("WF_DEV_IMPORT_WAIT", IMPORT_WAIT)
 
 
 def _options(
