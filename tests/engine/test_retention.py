@@ -23,6 +23,20 @@ from wf.testing import MockClock
 DAY = 86400.0
 
 
+async def swept_by_a_worker(engine: Engine, runs: int) -> Worker:
+    """A worker sweeping retention every 10 ms, stopped once it deleted ``runs`` runs (or
+    after about 5 s); the worker, its ``swept`` count to check."""
+    worker = Worker(engine, retention_interval=0.01, schedules=False)
+    task = asyncio.ensure_future(worker.run())
+    for _ in range(500):
+        if worker.swept == runs:
+            break
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await asyncio.wait_for(task, 10)
+    return worker
+
+
 @wf.workflow(retention="1d")
 async def short_lived(n: int) -> int:
     return n
@@ -165,14 +179,7 @@ async def test_a_worker_applies_retention_in_the_background(
     for run in runs:
         await run.result()
     mock_clock.jump(DAY)
-    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
-    task = asyncio.ensure_future(worker.run())
-    for _ in range(500):
-        if worker.swept == 5:
-            break
-        await asyncio.sleep(0.01)
-    worker.stop()
-    await asyncio.wait_for(task, 10)
+    worker = await swept_by_a_worker(wf_engine, 5)
     assert worker.swept == 5
     assert await wf_engine.store.list_runs() == []
 
@@ -264,14 +271,7 @@ async def test_a_worker_sweeps_only_the_workflows_with_a_retention_of_their_own(
         return await list_runs(**kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(wf_engine.store, "list_runs", counted)
-    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
-    task = asyncio.ensure_future(worker.run())
-    for _ in range(500):
-        if worker.swept == 1:
-            break
-        await asyncio.sleep(0.01)
-    worker.stop()
-    await asyncio.wait_for(task, 10)
+    worker = await swept_by_a_worker(wf_engine, 1)
     assert worker.swept == 1 and read and set(read) == {short_lived.name}
     assert [r.id for r in await list_runs()] == [kept.id]
 
@@ -532,14 +532,7 @@ async def test_a_workflow_whose_sweep_fails_stops_no_other_workflows_sweep(
         return await real(engine, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_retention, "sweep", failing)
-    worker = Worker(wf_engine, retention_interval=0.01, schedules=False)
-    task = asyncio.ensure_future(worker.run())
-    for _ in range(500):
-        if worker.swept == 1:
-            break
-        await asyncio.sleep(0.01)
-    worker.stop()
-    await asyncio.wait_for(task, 10)
+    worker = await swept_by_a_worker(wf_engine, 1)
     assert worker.swept == 1
     said = [r.getMessage() for r in caplog.records if "applying retention" in r.getMessage()]
     assert said and said[0] == (
