@@ -232,6 +232,7 @@ def test_the_whole_package_is_a_directed_acyclic_graph() -> None:
 KERNEL_MAY_IMPORT = {
     "wf._exceptions",
     "wf._extras",  # the `pip install` hint of an optional extra
+    "wf._durations",  # the grammar of a duration: imports only wf._exceptions
     "wf._files",  # ulimit -n against a concurrency: imports nothing of wf
     "wf._events",
     "wf._loader",

@@ -25,7 +25,8 @@ FAILING = "tests.cli.flows:failing"
         pytest.param(["--at", "9999-12-31T23:59:59-14:00"], "9999", id="at-past-9999"),
         pytest.param(["--delay", "99999999999d"], "9999", id="delay-past-9999"),
         pytest.param(["--delay", "inf"], "delay", id="delay-inf"),
-        pytest.param(["--delay", "1e308d"], "--delay must be a duration", id="delay-past-float"),
+        pytest.param(["--delay", "1e308d"], "is not a duration", id="delay-exponent"),
+        pytest.param(["--delay", "1" * 400 + "d"], "finite", id="delay-past-float"),
         pytest.param(["--group", "\ud800"], "not valid UTF-8", id="group-surrogate"),
         pytest.param(["--group", "a\x00b"], "control character", id="group-nul"),
         pytest.param(["--group", ""], "empty", id="group-empty"),
@@ -65,6 +66,15 @@ def test_queue_options_reach_the_run_and_a_delayed_run_says_when_it_is_due(
     held = detail["queue"]["held"]
     assert "delayed" in held["reason"]
     assert "delayed" in project.cli("inspect", run_id).stdout
+
+
+def test_delay_reads_durations_as_retentions_do(project: Project) -> None:
+    # One grammar for every duration: ``--delay 2w`` as ``retention = "2w"`` (docs/cli.md).
+    result = project.cli("run", ADDER, "-i", "[1]", "--delay", "2w")
+    assert result.exit_code == 0, result.stderr
+    [listed] = project.runs()
+    record = json.loads(project.cli("inspect", listed["id"], "--json").stdout)["run"]
+    assert record["wake_at"] - record["created_at"] == pytest.approx(14 * 86400, abs=5)
 
 
 @pytest.mark.parametrize(

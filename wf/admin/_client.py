@@ -544,7 +544,7 @@ class LocalAdmin:
         runs that ended over ``COMPACT_AFTER`` seconds ago compacted (``Store.compact``).
         ``on_progress(scanned, total)``: finished runs looked at, of those the store counts."""
         from wf._config import retention_setting
-        from wf.engine._durations import parse_duration
+        from wf._durations import parse_duration
         from wf.engine._retention import check_statuses, prune_tombstones, sweep
         from wf.store import DELIVERY_KEPT, RunStatus
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,22 +56,3 @@ def _quote_hint(option: str, text: str) -> str:
     import shlex
 
     return f"; a string needs JSON quotes: {option} {shlex.quote(json.dumps(word))} (wf help input)"
-
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str, *, what: str = "duration") -> float:
-    """Seconds from ``90``, ``90s``, ``5m``, ``2h``, ``1d`` (plain numbers are seconds)."""
-    raw = text.strip().lower()
-    unit = raw[-1:] if raw[-1:] in _UNITS and raw[-1:].isalpha() else ""
-    number = raw[: len(raw) - len(unit)]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1.0
-    seconds = value * _UNITS[unit]  # 1e308d: past a float's range, infinite
-    if not number or not seconds >= 0 or seconds == math.inf:  # NaN compares false
-        shown = text if len(text) <= 40 else text[:37] + "..."
-        raise UsageError(f"{what} must be a duration like 90, 90s, 5m, 2h or 1d, not {shown!r}")
-    return seconds or 0.0  # -0 is 0

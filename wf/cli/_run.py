@@ -172,8 +172,8 @@ def _run_options(
     """``with_options`` keywords from the command line (validated there: one line, exit 2)."""
     import datetime as dt
 
+    from wf._durations import parse_duration
     from wf._exceptions import UsageError
-    from wf.cli._input import parse_duration
 
     options: dict[str, Any] = {}
     if priority is not None:
