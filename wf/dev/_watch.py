@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from wf.store.local import _format as _store_format
+from wf.store.local._notify import RESTART_CALM, restart_pause
+
+log = logging.getLogger("wf.dev")
 
 MOUNTS = _store_format.MOUNTS
 
@@ -216,14 +220,33 @@ class Watcher:
             "recursive": recursive,
             "ignore_permission_denied": True,
         }
-        async for raw in watchfiles.awatch(*paths, **options):
-            changes = [
-                Change(_KINDS[int(kind)], Path(path))
-                for kind, path in raw
-                if recursive or Path(path).parent in paths
-            ]
-            if changes:
-                self._queue.put_nowait((time.monotonic(), changes))
+        failures = 0
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                async for raw in watchfiles.awatch(*paths, **options):
+                    changes = [
+                        Change(_KINDS[int(kind)], Path(path))
+                        for kind, path in raw
+                        if recursive or Path(path).parent in paths
+                    ]
+                    if changes:
+                        self._queue.put_nowait((time.monotonic(), changes))
+                return
+            except Exception as error:  # a name not in UTF-8 fails the notifier for good
+                if time.monotonic() - started > RESTART_CALM:
+                    failures = 0  # worked a while: the first failure of a row again
+                pause = restart_pause(failures)
+                failures += 1
+                log.warning(
+                    "file watcher failed (%s); restarting it in %g s (a save meanwhile may "
+                    "be missed: save again)",
+                    error,
+                    pause,
+                )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await stop.wait()
 
     async def _poll(self, previous: dict[Path, tuple[int, int, int]], stop: asyncio.Event) -> None:
         delay, step = self.poll_delay_ms / 1000, self.step_ms / 1000

@@ -73,6 +73,19 @@ QUIET_TIMEOUT_MS = 200
 """Milliseconds a quiet look lasts without a change before the watcher chooses its step
 again (5 s while someone waits: nothing to choose then)."""
 
+RESTART_FIRST = 0.05
+"""Seconds before a failed watcher gets a new notifier (or a failed start is tried again):
+doubled for each failure in a row, up to ``RESTART_MAX``. A notifier fails for good once it
+met a name that is not UTF-8 (watchfiles: ``Unable to decode path``), so one such file in
+``queue/`` or ``schedules/`` stopped the events of the whole process; the store polls during
+the pause."""
+
+RESTART_MAX = 30.0
+"""The longest pause before a watcher is restarted."""
+
+RESTART_CALM = 60.0
+"""Seconds a notifier must have worked for its failure to count as the first of a row."""
+
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 QueueNews = dict[str, bool]
@@ -108,6 +121,9 @@ class Hub:
         self._schedule_news: list[set[str]] = []
         self._watcher: _Watcher | None = None
         self._watcher_failed = False
+        self._retry_at = 0.0
+        """``time.monotonic()`` from which a watcher that failed to start is tried again."""
+        self._start_failures = 0
         self._schedules_watched = False
         self.users = 0
         """Open ``LocalStore`` instances on this directory; the last ``close`` stops the watcher."""
@@ -341,7 +357,9 @@ class Hub:
 
     def watch(self, path: str | None) -> bool:
         """Make sure events for ``queue/`` (and ``path``, if given) arrive; False if unavailable."""
-        if self._watcher_failed:
+        if self._watcher_failed and (
+            self._watcher is not None or time.monotonic() < self._retry_at
+        ):  # a running watcher restarts its notifier itself (``_Watcher._run``)
             return False
         try:
             if self._watcher is None:
@@ -363,10 +381,23 @@ class Hub:
             if path is not None:
                 self._watcher.add(path)
         except Exception as error:  # ImportError, inotify limits, an unsupported file system
-            log.warning("file-system events unavailable for %s (%s); polling", self.root, error)
+            if self._watcher is not None:
+                self._watcher.stop()
+                self._watcher = None
+            pause = restart_pause(self._start_failures)
+            self._start_failures += 1
+            (log.warning if self._start_failures == 1 else log.debug)(
+                "file-system events unavailable for %s (%s); polling, trying again in %g s",
+                self.root,
+                error,
+                pause,
+            )
+            self._retry_at = time.monotonic() + pause
             self._watcher_failed = True
             self.queue_changed({""})
             return False
+        self._watcher_failed = False
+        self._start_failures = 0
         return True
 
     def dispatch(
@@ -443,6 +474,11 @@ class Hub:
             watcher.stop()
 
 
+def restart_pause(failures: int) -> float:
+    """Seconds before the next try after ``failures`` failures in a row (0: the first)."""
+    return min(RESTART_MAX, RESTART_FIRST * 2.0 ** min(failures, 32))
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -460,6 +496,10 @@ class _Watcher:
         self._paths: dict[str, float] = dict.fromkeys(paths, float("inf"))
         self._switch = threading.Event()
         self._stopped = False
+        self._failures = 0
+        """Failures in a row (``_failed``)."""
+        self._started = time.monotonic()
+        """When the notifier last started (``RESTART_CALM``)."""
         self._notify = self._make()
         self._thread = threading.Thread(target=self._run, name="wf-store-watch", daemon=True)
         with _batching():
@@ -485,14 +525,62 @@ class _Watcher:
             self._paths[path] = float("inf") if keep else now
             self._notify = self._make()
             self._switch.set()
-        # Events the replaced notifier had not delivered yet are dropped with it: count a
-        # change, so that no waiter relies on having heard them, and views look again.
-        self._hub.bump()
-        with self._hub._lock:
-            self._hub._echoes.clear()
-            self._hub._schedules_news("")
-            self._hub.schedule_changes += 1
-        self._hub.queue_changed({""})
+        self._missed()
+
+    def _missed(self, restarted: bool = False) -> None:
+        """Events the replaced notifier had not delivered yet are dropped with it: count a
+        change, so that no waiter relies on having heard them, and views look again.
+        ``restarted``: after a failure, when nothing was heard for a while: a count taken
+        meanwhile is compared by listing (``Hub.heard_from``), and events arrive again."""
+        hub = self._hub
+        hub.bump()
+        with hub._lock:
+            hub._echoes.clear()
+            hub._schedules_news("")
+            hub.schedule_changes += 1
+            if restarted:
+                hub.heard_from = hub.activity
+                hub._watcher_failed = False
+        hub.queue_changed({""})
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` before a restart, or until stopped (``stop``, ``add``)."""
+        self._switch.wait(seconds)
+
+    def _failed(self, notify: Any, error: Exception) -> None:
+        """The notifier failed (a name not in UTF-8 makes watchfiles fail every look after,
+        a watched directory vanished): close it, poll meanwhile, and replace it after a
+        pause that doubles with each failure in a row (``RESTART_FIRST``), until one works
+        or the watcher is stopped."""
+        with contextlib.suppress(Exception):
+            notify.close()
+        with self._lock:
+            if notify is not self._notify:
+                return  # replaced meanwhile (``add``): the new one is looked at next
+        hub = self._hub
+        hub._watcher_failed = True
+        hub.queue_changed({""})
+        if time.monotonic() - self._started > RESTART_CALM:
+            self._failures = 0
+        while not self._stopped:
+            pause = restart_pause(self._failures)
+            (log.warning if self._failures == 0 else log.debug)(
+                "file-system watcher failed (%s); polling, restarting it in %g s", error, pause
+            )
+            self._failures += 1
+            self._pause(pause)
+            if self._stopped:
+                return
+            try:
+                with self._lock:
+                    self._notify = self._make()
+            except Exception as again:  # the directory is still gone, inotify limits
+                error = again
+                continue
+            self._started = time.monotonic()
+            self._missed(restarted=True)
+            log.info("file-system watcher restarted")
+            return
 
     def stop(self) -> None:
         self._stopped = True
@@ -509,11 +597,9 @@ class _Watcher:
                 step, timeout = QUIET_STEP_MS, QUIET_TIMEOUT_MS
             try:
                 result = notify.watch(DEBOUNCE_MS, step, timeout, self._switch)
-            except Exception as error:  # the watched directory vanished, or notify failed
-                log.warning("file-system watcher stopped (%s); polling", error)
-                self._hub._watcher_failed = True
-                self._hub.queue_changed({""})
-                return
+            except Exception as error:  # a name not in UTF-8, the directory vanished
+                self._failed(notify, error)
+                continue
             if isinstance(result, set):
                 kept = {path for change, path in result if change != _DELETED}
                 gone = {path for change, path in result if change == _DELETED}

@@ -1,0 +1,46 @@
+"""``wf dev``'s watcher of the project's files survives a notifier that fails."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from wf.dev._watch import ChangeKind, Watcher
+from wf.store.local import _notify
+
+
+async def _next_change(watcher: Watcher, stop: asyncio.Event, path: Path) -> None:
+    async with asyncio.timeout(5.0):
+        async for _seen, changes in watcher.batches(stop):
+            if any(c.path == path and c.kind != ChangeKind.DELETED for c in changes):
+                return
+
+
+async def test_a_name_the_watcher_cannot_decode_does_not_stop_it(tmp_path: Path) -> None:
+    """watchfiles fails for good once it saw a name that is not UTF-8 (``Unable to decode
+    path``): the watcher starts a new one (after ``RESTART_FIRST``), and the saves after it are
+    still reloaded. (Its task ended: ``wf dev`` silently reloaded nothing any more.)"""
+    (tmp_path / "pkg").mkdir()
+    watcher = Watcher([tmp_path], polling=False, debounce_ms=100, step_ms=20)
+    stop = asyncio.Event()
+    await watcher.start(stop)
+    try:
+        for folder in (tmp_path, tmp_path / "pkg"):
+            with open(os.path.join(os.fsencode(folder), b"bad\xff.py"), "wb"):
+                pass
+        await asyncio.sleep(0.3)  # each notifier fails meanwhile, and is replaced
+        for saved in (tmp_path / "app.py", tmp_path / "pkg" / "mod.py"):
+            saved.write_text("x = 1\n")
+            await _next_change(watcher, stop, saved)
+    finally:
+        stop.set()
+        await watcher.close()
+
+
+def test_the_pause_before_a_restart_doubles_up_to_a_bound() -> None:
+    """The pause ``wf dev``'s watcher and the store's take before a restart."""
+    pauses = [_notify.restart_pause(n) for n in range(40)]
+    assert pauses[0] == _notify.RESTART_FIRST
+    assert pauses[1] == 2 * _notify.RESTART_FIRST
+    assert max(pauses) == pauses[-1] == _notify.RESTART_MAX
