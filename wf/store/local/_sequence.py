@@ -9,17 +9,50 @@ same number and a run created later always has a larger one, whatever ids or clo
 The bump is fsynced before the run counts: inside a creation that fsync is deferred into the
 creation's one shared flush (``_fsops.deferred_fsyncs``), like every other file of the run. A
 number that went back after a power cut would put a later run ahead of an earlier one.
+
+A file that holds no number (damage: a stray write, a disk error; or empty in a store that
+has runs) is rebuilt by the next taker, under the same lock (``_rebuild``): the damaged bytes
+are kept aside in ``sequence.damaged``, the numbers in use are read from every name that
+carries one (``index/``, ``children/``, ``lanes/``, ``queue/``, the creation log), and the
+sequence goes on ``REBUILD_GAP`` past the highest, with a warning. It refused every creation of
+the store instead (``StoreCorrupted``), for one damaged file of 21 bytes. The gap is what makes
+the rebuild safe: a number another process took just before the damage and has not written
+anywhere yet is not found, and must not be given again. ``wf store verify`` rebuilds it the
+same way (``repair``).
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 
+import orjson
+
 from wf._exceptions import StoreCorrupted, StoreError
-from wf.store.local import _fsops, _waitlock
-from wf.store.local._layout import SEQUENCE_FILE
+from wf.store.local import _atomic, _fsops, _waitlock
+from wf.store.local._creations import LOG_FILE
+from wf.store.local._layout import (
+    SEP,
+    SEQ_WIDTH,
+    SEQUENCE_FILE,
+    entry_seq,
+    parse_queue_name,
+)
+
+log = logging.getLogger("wf.store.local")
+
+DAMAGED_SUFFIX = ".damaged"
+"""``sequence.damaged``: the bytes of the last sequence file found damaged (``_rebuild``)."""
+
+REBUILD_GAP = 1_000_000
+"""How far past the highest number in use a rebuilt sequence goes on: more than the numbers
+all processes together can have taken and not yet written (each creation writes its names at
+once), and nothing beside the 10^16 numbers index names hold. Numbers need not be dense."""
+
+_NUMBERED = ("index", "children", "lanes")
+"""Trees whose file names start with a creation number (16 digits; a lane entry's 20)."""
 
 
 class CreationSequence:
@@ -58,15 +91,12 @@ class CreationSequence:
         except OSError as error:
             raise StoreError(f"cannot lock {self.path}: {error.strerror}") from error
         try:
-            raw = _fsops.pread(fd, 64, 0, self.path)
-            try:
-                last = int(raw.strip() or b"0")
-            except ValueError:
-                raise StoreCorrupted(f"{self.path}: not a sequence number") from None
+            last, rebuilt = self._read(fd)
             number = max(last, floor) + step
-            if number != last:
-                _fsops.write_all(fd, f"{number:020d}\n".encode(), self.path, 0)
-                _fsops.fsync(fd, self.path)
+            if number != last or rebuilt is not None:
+                self._write(fd, number)
+            if rebuilt is not None:
+                log.warning("%s", rebuilt)
             return number
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -76,3 +106,85 @@ class CreationSequence:
         if self._fd is not None:
             _fsops.close(self._fd)
             self._fd = None
+
+    def repair(self) -> str | None:
+        """Rebuild the file if it is damaged (``wf store verify``); what was done, or None
+        when it holds a number."""
+        fd = self._open()
+        try:
+            _waitlock.flock(fd, fcntl.LOCK_EX, self.path, "taken to repair it")
+        except OSError as error:
+            raise StoreError(f"cannot lock {self.path}: {error.strerror}") from error
+        try:
+            last, rebuilt = self._read(fd)
+            if rebuilt is not None:
+                self._write(fd, last)
+            return rebuilt
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _read(self, fd: int) -> tuple[int, str | None]:
+        """``(last number given, None)``, or for a damaged file (held under the lock)
+        ``(the rebuilt last number, what was done)``, the damaged bytes set aside."""
+        raw = _fsops.pread(fd, 64, 0, self.path)
+        text = raw.strip()
+        if text.isascii() and text.isdigit():
+            return int(text), None
+        highest = self._highest_in_use()
+        if not text and highest == 0:
+            return 0, None  # made, never written (a taker killed in between), and no run yet
+        size = os.fstat(fd).st_size
+        damaged = _fsops.pread(fd, min(size, 1 << 20), 0, self.path) if size else b""
+        _atomic.replace(self._root, SEQUENCE_FILE + DAMAGED_SUFFIX, damaged)
+        last = highest + REBUILD_GAP
+        what = "empty" if not text else "not a sequence number"
+        return last, (
+            f"{self.path}: {what}; rebuilt past the highest creation number in use ({highest}"
+            f" + {REBUILD_GAP}: {last}), the damaged file kept as "
+            f"{self.path}{DAMAGED_SUFFIX}"
+        )
+
+    def _write(self, fd: int, number: int) -> None:
+        data = f"{number:020d}\n".encode()
+        _fsops.write_all(fd, data, self.path, 0)
+        if os.fstat(fd).st_size > len(data):
+            _fsops.truncate(fd, len(data), self.path)  # a longer damaged file's tail
+        _fsops.fsync(fd, self.path)
+
+    def _highest_in_use(self) -> int:
+        """The highest creation number any name of the store carries (0: none)."""
+        highest = 0
+        try:
+            for top in _NUMBERED:
+                for _folder, _dirs, files in os.walk(os.path.join(self._root, top)):
+                    for name in files:
+                        head = name.partition(SEP)[0].partition(".")[0]
+                        if len(head) in (SEQ_WIDTH, 20) and head.isascii() and head.isdigit():
+                            highest = _higher(highest, int(head))
+            for name in _fsops.listdir(os.path.join(self._root, "queue")):
+                parsed = parse_queue_name(name)
+                if parsed is not None:
+                    highest = _higher(highest, entry_seq(parsed[0]))
+            logged = _fsops.read_bytes(os.path.join(self._root, LOG_FILE), allow=(errno.ENOENT,))
+        except FileNotFoundError:
+            logged = b""
+        except (OSError, StoreError) as error:
+            raise StoreCorrupted(
+                f"{self.path}: not a sequence number, and the numbers in use cannot be read to "
+                f"rebuild it ({error}): write a number above every run's creation number "
+                "(`seq`) into it"
+            ) from None
+        for line in logged.splitlines():
+            try:
+                seq = orjson.loads(line).get("record", {}).get("seq")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(seq, int):
+                highest = _higher(highest, seq)
+        return highest
+
+
+def _higher(highest: int, number: int) -> int:
+    """The higher of the two, but for a number no index name can hold (a stray name of
+    digits): followed, it would give every later run a name that sorts before the others."""
+    return number if highest < number < 10**SEQ_WIDTH else highest

@@ -53,6 +53,7 @@ from wf.store.local._layout import (
     staging_kind,
 )
 from wf.store.local._migrate import ASIDE
+from wf.store.local._sequence import DAMAGED_SUFFIX
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -71,9 +72,12 @@ KNOWN_DIRS = frozenset(
 """The directories the format puts at the store's top level (each made when first needed)."""
 
 
-KNOWN_FILES = frozenset({FORMAT_FILE, SEQUENCE_FILE, MIGRATE_LOCK, USERS_LOCK, LOG_FILE})
-"""The files the format puts at the store's top level: the format file, the creation sequence,
-the locks of upgrades and of the processes using the store, and the creation log
+KNOWN_FILES = frozenset(
+    {FORMAT_FILE, SEQUENCE_FILE, SEQUENCE_FILE + DAMAGED_SUFFIX, MIGRATE_LOCK, USERS_LOCK, LOG_FILE}
+)
+"""The files the format puts at the store's top level: the format file, the creation sequence
+(and the last damaged one, kept aside when it was rebuilt: ``_sequence``), the locks of
+upgrades and of the processes using the store, and the creation log
 (``LocalStore(creation_log=True)``)."""
 
 

@@ -1002,7 +1002,7 @@ def _verify(store: LocalStore, on_progress: Progress | None, broken: set[str]) -
                     except StoreCorrupted as error:
                         problems.append(str(error))
     for check, needs in (
-        (_verify_sequence, SEQUENCE_FILE),
+        (lambda store: _verify_sequence(store, fix=fix), SEQUENCE_FILE),
         (_verify_hooks, "hooks"),
         (lambda store: _verify_queue_names(store.queue.dir), "queue"),
         (_verify_lanes, "lanes"),
@@ -1191,15 +1191,24 @@ def _reconcile_entries(
     return [f"{problem}: repaired"]
 
 
-def _verify_sequence(store: LocalStore) -> list[str]:
-    """The creation sequence holds a number."""
+def _verify_sequence(store: LocalStore, *, fix: bool) -> list[str]:
+    """The creation sequence holds a number; a damaged one is rebuilt (``fix``) as the next
+    creation would (``CreationSequence.repair``), past every number in use."""
     try:
         raw = _fsops.read_bytes(store.sequence.path, allow=(errno.ENOENT,)).strip()
     except FileNotFoundError:
-        raw = b""  # no run created yet
-    if raw and not (raw.isascii() and raw.isdigit()):
-        return [f"{store.sequence.path}: not a sequence number (no run can be created)"]
-    return []
+        return []  # no run created yet
+    if raw.isascii() and raw.isdigit():
+        return []
+    if fix:
+        done = store.sequence.repair()
+        return [] if done is None else [f"{done}: repaired"]
+    if raw:
+        return [
+            f"{store.sequence.path}: not a sequence number (not repaired: the store is "
+            "read-only; the next creation rebuilds it)"
+        ]
+    return []  # empty: damage only in a store with runs, which a creation looks for
 
 
 def _verify_hooks(store: LocalStore) -> list[str]:

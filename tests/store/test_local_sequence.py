@@ -1,0 +1,67 @@
+"""A damaged creation sequence (``sequence``) is rebuilt, never trusted and never a reason to
+refuse every creation of the store: the next number comes after every number in use (index,
+children, queue and lane entries, the creation log) and after those taken but not written yet
+(``_sequence.REBUILD_GAP``), and the damaged file is kept aside (``sequence.damaged``)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from tests.store.helpers import created
+from wf.store._base import lane_of
+from wf.store.local import LocalStore, _sequence
+
+DAMAGE = [b"garbage", b"\x00" * 21, b"", b"12ab\n"]
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=["garbage", "zeros", "empty", "partly"])
+async def test_a_damaged_sequence_is_rebuilt_past_every_number_in_use(
+    local: LocalStore, root: Path, damage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A creation that finds the sequence damaged rebuilds it and goes on (it raised
+    ``StoreCorrupted``: ``wf run`` exit 3, and no schedule, child or worker could create a
+    run). Its number is past every one in use: a run's, a lane entry's (a retry takes a new
+    number), and one another process took but has not written anywhere yet."""
+    first = await created(local, group="g")
+    lane = lane_of(first)
+    assert lane is not None
+    local.lanes.join(lane, first.id, local.sequence.take, attempt=2)  # a retry's new place
+    other = LocalStore(root)
+    in_flight = other.sequence.take()  # taken, its run not written yet
+    (root / "sequence").write_bytes(damage)
+    with caplog.at_level(logging.WARNING, logger="wf.store.local"):
+        run = await created(local)
+    assert run.seq > in_flight > first.seq
+    assert (await created(local)).seq == run.seq + 1
+    assert (root / "sequence.damaged").read_bytes() == damage
+    [warning] = [r.getMessage() for r in caplog.records if "sequence" in r.getMessage()]
+    assert "rebuilt past the highest creation number in use" in warning
+    assert "sequence.damaged" in warning
+    await other.close()
+
+
+async def test_an_empty_sequence_of_a_store_without_runs_starts_at_one(local: LocalStore) -> None:
+    """An empty file (a creation killed between making it and writing it) in a store that
+    holds no run is not damage: nothing can be given twice."""
+    await local.wait_for_activity(0.0)  # the store made, no run in it
+    Path(local.sequence.path).write_bytes(b"")
+    assert (await created(local)).seq == 1
+    assert not Path(local.sequence.path + ".damaged").exists()
+
+
+async def test_verify_rebuilds_a_damaged_sequence_and_says_so(
+    local: LocalStore, root: Path
+) -> None:
+    """``verify`` names the damage and repairs it as a creation would (it said "no run can be
+    created" and left it), naming where the damaged file is kept; the next verify is clean."""
+    runs = [await created(local) for _ in range(3)]
+    (root / "sequence").write_bytes(b"garbage")
+    [problem] = await local.verify()
+    assert "not a sequence number" in problem and problem.endswith(": repaired")
+    assert "sequence.damaged" in problem
+    assert await local.verify() == []
+    assert int((root / "sequence").read_bytes()) > runs[-1].seq + _sequence.REBUILD_GAP - 1
+    assert (await created(local)).seq > runs[-1].seq
