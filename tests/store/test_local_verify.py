@@ -811,3 +811,34 @@ async def test_verify_names_stray_names_in_hook_markers_deliveries_lanes_and_tmp
         await again.close()
     assert not full.exists() and not deleting.exists() and not creating.exists()  # swept
     assert (root / "tmp" / "aside").is_dir()
+
+
+async def test_a_journal_that_lost_its_outcome_is_named_not_rewritten(
+    local: LocalStore, root: Path
+) -> None:
+    """A completed run (no run.json: its journal gives its record back) whose journal lost
+    everything after its first line (cut mid-line 2): its index entries, renamed only once
+    the outcome was durable, still say completed. Verify names the loss and leaves the
+    entries and the counts as they are, as a worker leaves the run (not queued, never driven
+    again). It set them back to pending toward the cut journal and reported "pending but not
+    in the queue"."""
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.append([event("step_completed", name="s", op=1, result=1)])
+    run.status, run.output = RunStatus.COMPLETED, 1
+    await lease.append_and_save([event("run_completed", output=1)], run)
+    await lease.release()
+    run_dir = root / "runs" / run.id
+    (run_dir / "run.json").unlink(missing_ok=True)  # as a driver leaves a completed run
+    journal = run_dir / "journal.jsonl"
+    lines = journal.read_bytes().split(b"\x00")[0].split(b"\n")
+    journal.write_bytes(lines[0] + b"\n" + lines[1][: len(lines[1]) // 2])
+    before = sorted(_entries_of(root, run.id))
+    problems = await local.verify()
+    assert len(problems) == 1, problems
+    [problem] = problems
+    assert problem.startswith(f"run {run.id}: ") and str(journal) in problem
+    assert "holds no outcome" in problem and "index entries say completed" in problem
+    assert "restore the run from a backup" in problem
+    assert sorted(_entries_of(root, run.id)) == before  # completed, as they were
+    assert await local.verify() == [problem]  # said again, never "repaired"

@@ -44,11 +44,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from wf._events import OUTCOME_EVENTS
 from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf._files import read_only
 from wf.store import _forks
 from wf.store._base import (
     Deleted,
+    Event,
     Progress,
     RunRecord,
     RunStatus,
@@ -711,13 +713,25 @@ def count_runs(root: str, unreadable: list[str] | None = None) -> dict[str, int]
         names = os.listdir(runs)
     except FileNotFoundError:
         return counts
+    index = _index.Index(root)
     for run_id in names:
         _upgrade.tick()  # during an upgrade (``_migrate6``): says how far it got
         run_dir = os.path.join(runs, run_id)
         if run_id.startswith(".") or not run_present(run_dir):
             continue
         try:
-            status = str(_records.read_raw(run_dir, run_id).get("status"))
+            raw = _records.read_raw(run_dir, run_id)
+            status = str(raw.get("status"))
+            seq = raw.get("seq")
+            workflow, parent = raw.get("workflow"), raw.get("parent_id")
+            if (
+                status not in _TERMINAL
+                and isinstance(seq, int)
+                and isinstance(workflow, str)
+                and (parent is None or isinstance(parent, str))
+            ):
+                # Counted as its index says, which verify leaves so (``lost_outcome``).
+                status = lost_outcome(index, run_dir, run_id, seq, workflow, parent) or status
         except (RunNotFound, FileNotFoundError):
             continue  # a creation cut short, or deleted meanwhile: no run to count
         except StoreError:  # StoreCorrupted, EACCES, EIO: verify names the damage
@@ -1600,6 +1614,14 @@ def _verify_run(
         record = _records.with_blobs(run_dir, data)
     except (StoreCorrupted, FileNotFoundError) as error:
         return [*problems, f"{os.path.join(run_dir, RUN_FILE)}: {error}"]
+    if not record.status.is_terminal and indexed is not None and run_id in indexed:
+        # The journal is read again after the index: an outcome appended meanwhile is in it.
+        said = lost_outcome(
+            store.index, run_dir, run_id, record.seq, record.workflow, record.parent_id
+        )
+        if said is not None:
+            # Neither its entries nor its place in the queue are set toward the cut journal.
+            return [*problems, _lost_outcome_line(run_id, journal_path, events, said)]
     rebuilt = record_from_journal(events[:1] + events[1:][-1:]) if events else None
     if rebuilt is not None and rebuilt.status.is_terminal and not record.status.is_terminal:
         problems.append(
@@ -1618,6 +1640,51 @@ def _verify_run(
             f"run {run_id}: {record.status} but not in the queue (no worker will pick it up)"
         )
     return problems
+
+
+_TERMINAL = frozenset(status.value for status in RunStatus if status.is_terminal)
+
+
+def lost_outcome(
+    index: _index.Index, run_dir: str, run_id: str, seq: int, workflow: str, parent: str | None
+) -> str | None:
+    """The ended status the run's index entry says while its journal holds no outcome at
+    all, or None. An entry is renamed to an ended status only once the outcome is durable
+    (``_driver``), and an outcome is never removed (a retry appends after it), so such a
+    journal lost lines it had made durable, its outcome among them: a damaged run, whose
+    index is not to be set back toward what is left of its journal (a run no worker drives
+    again: its queue entry went with its end). The journal is read after the index, so an
+    outcome that was durable when its entry was renamed is in it. The entries are looked up
+    by name (three ``lstat``): the count scan asks it of every run not ended."""
+    if not seq:
+        return None
+    leaf = index.leaf(seq)
+    ended = [
+        status.value
+        for status in RunStatus
+        if status.is_terminal
+        and os.path.lexists(os.path.join(leaf, index_name(seq, run_id, status, workflow, parent)))
+    ]
+    if not ended:
+        return None
+    try:
+        events = _journal.read(os.path.join(run_dir, JOURNAL_FILE))
+    except (StoreError, FileNotFoundError):
+        return None  # damage of its own, named as such
+    if any(event.get("type") in OUTCOME_EVENTS for event in events):
+        return None
+    return ended[0]
+
+
+def _lost_outcome_line(run_id: str, journal_path: str, events: list[Event], said: str) -> str:
+    last = events[-1].get("type") if events else None
+    return (
+        f"run {run_id}: {journal_path} holds no outcome (it ends at event {len(events)}, "
+        f"{last}) but its index entries say {said} (renamed so only once its outcome was "
+        "durable): the "
+        "journal lost lines it had recorded, its outcome among them; left as it is (a "
+        "worker does not drive it again): restore the run from a backup"
+    )
 
 
 def _stale_messages(run_id: str, run_dir: str, *, fix: bool) -> list[str]:
