@@ -142,3 +142,29 @@ async def test_a_watcher_that_could_not_start_is_tried_again(
         assert store.hub.hearing()
     finally:
         await store.close()
+
+
+async def test_a_path_that_cannot_be_watched_leaves_the_watcher_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run directory the notifier cannot add (the inotify watch limit reached) is not
+    watched, and that is all: the watcher goes on hearing ``queue/`` with the notifier it
+    had (it was marked failed for the rest of the process's life)."""
+    store = await _watched(tmp_path)
+    watcher = store.hub._watcher
+    assert watcher is not None
+
+    def refuse(*args: Any) -> Any:
+        raise OSError(28, "inotify watch limit reached")
+
+    try:
+        monkeypatch.setattr(watcher, "_factory", refuse)
+        run_dir = tmp_path / "wf" / "runs" / "r1"
+        run_dir.mkdir(parents=True)
+        assert not store.hub.watch(str(run_dir))
+        assert store.hub.hearing()
+        await _heard(store, Path(store.queue.dir) / queue_name(NOW, new_run_id()))
+        monkeypatch.undo()
+        assert store.hub.watch(str(run_dir))
+    finally:
+        await store.close()

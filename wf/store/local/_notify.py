@@ -374,6 +374,8 @@ class Hub:
                     self.heard_from = self.activity
                     self._schedules_news("")
                     self.schedule_changes += 1
+                self._watcher_failed = False
+                self._start_failures = 0
                 self.queue_changed({""})  # nothing was heard before: views look again
             elif not self._schedules_watched and os.path.isdir(self.schedules_dir):
                 self._watcher.add(self.schedules_dir, keep=True)
@@ -382,8 +384,10 @@ class Hub:
                 self._watcher.add(path)
         except Exception as error:  # ImportError, inotify limits, an unsupported file system
             if self._watcher is not None:
-                self._watcher.stop()
-                self._watcher = None
+                # Only the added path failed (a run directory removed meanwhile): the
+                # watcher goes on with what it watched (``_Watcher.add`` kept it).
+                log.debug("cannot watch %s (%s)", path or self.schedules_dir, error)
+                return False
             pause = restart_pause(self._start_failures)
             self._start_failures += 1
             (log.warning if self._start_failures == 1 else log.debug)(
@@ -396,8 +400,6 @@ class Hub:
             self._watcher_failed = True
             self.queue_changed({""})
             return False
-        self._watcher_failed = False
-        self._start_failures = 0
         return True
 
     def dispatch(
@@ -523,7 +525,12 @@ class _Watcher:
             for stale in idle:
                 del self._paths[stale]
             self._paths[path] = float("inf") if keep else now
-            self._notify = self._make()
+            try:
+                notify = self._make()
+            except Exception:
+                del self._paths[path]  # the notifier in use goes on without it
+                raise
+            self._notify = notify
             self._switch.set()
         self._missed()
 
