@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.store.helpers import created
+from tests.store.helpers import acquire, created
+from wf.store import RunStatus
 from wf.store._base import lane_of
 from wf.store.local import LocalStore, _sequence
 
@@ -65,3 +66,23 @@ async def test_verify_rebuilds_a_damaged_sequence_and_says_so(
     assert await local.verify() == []
     assert int((root / "sequence").read_bytes()) > runs[-1].seq + _sequence.REBUILD_GAP - 1
     assert (await created(local)).seq > runs[-1].seq
+
+
+async def test_the_numbers_of_deleted_runs_are_not_given_again(
+    local: LocalStore, root: Path
+) -> None:
+    """The newest runs may be deleted (their tombstones keep their numbers, which a listing
+    paged before them goes by): a rebuilt sequence goes past those too."""
+    old = await created(local)
+    newest = [await created(local) for _ in range(3)]
+    for run in newest:
+        lease = await acquire(local, run.id)
+        run.status = RunStatus.COMPLETED
+        await lease.save(run)
+        await lease.release()
+    deleted = await local.delete_runs([r.id for r in newest], now=9.0, reason="gc")
+    assert sorted(deleted.ids) == sorted(r.id for r in newest)
+    (root / "sequence").write_bytes(b"garbage")
+    run = await created(local)
+    assert run.seq == newest[-1].seq + _sequence.REBUILD_GAP + 1  # the tombstones' highest
+    assert old.seq < newest[-1].seq

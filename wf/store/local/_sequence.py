@@ -13,7 +13,8 @@ number that went back after a power cut would put a later run ahead of an earlie
 A file that holds no number (damage: a stray write, a disk error; or empty in a store that
 has runs) is rebuilt by the next taker, under the same lock (``_rebuild``): the damaged bytes
 are kept aside in ``sequence.damaged``, the numbers in use are read from every name that
-carries one (``index/``, ``children/``, ``lanes/``, ``queue/``, the creation log), and the
+carries one (``index/``, ``children/``, ``lanes/``, ``queue/``, the tombstones of deleted
+runs, the creation log), and the
 sequence goes on ``REBUILD_GAP`` past the highest, with a warning. It refused every creation of
 the store instead (``StoreCorrupted``), for one damaged file of 21 bytes. The gap is what makes
 the rebuild safe: a number another process took just before the damage and has not written
@@ -37,6 +38,7 @@ from wf.store.local._layout import (
     SEP,
     SEQ_WIDTH,
     SEQUENCE_FILE,
+    TOMBSTONES_DIR,
     entry_seq,
     parse_queue_name,
 )
@@ -152,11 +154,13 @@ class CreationSequence:
         _fsops.fsync(fd, self.path)
 
     def _highest_in_use(self) -> int:
-        """The highest creation number any name of the store carries (0: none)."""
+        """The highest creation number the store's names and logs carry (0: none)."""
         highest = 0
         try:
             for top in _NUMBERED:
-                for _folder, _dirs, files in os.walk(os.path.join(self._root, top)):
+                for _folder, _dirs, files in os.walk(
+                    os.path.join(self._root, top), onerror=_walk_error
+                ):
                     for name in files:
                         head = name.partition(SEP)[0].partition(".")[0]
                         if len(head) in (SEQ_WIDTH, 20) and head.isascii() and head.isdigit():
@@ -165,23 +169,46 @@ class CreationSequence:
                 parsed = parse_queue_name(name)
                 if parsed is not None:
                     highest = _higher(highest, entry_seq(parsed[0]))
-            logged = _fsops.read_bytes(os.path.join(self._root, LOG_FILE), allow=(errno.ENOENT,))
-        except FileNotFoundError:
-            logged = b""
+            # Deleted runs' numbers, in their tombstones (the newest runs may be gone), and
+            # the creation log's (a creation whose names a power cut lost).
+            logs = [(os.path.join(self._root, LOG_FILE), "record")]
+            stones = os.path.join(self._root, TOMBSTONES_DIR)
+            logs += [
+                (os.path.join(stones, name), "")
+                for name in _fsops.listdir(stones)
+                if name.endswith(".jsonl")
+            ]
+            for path, key in logs:
+                try:
+                    data = _fsops.read_bytes(path, allow=(errno.ENOENT,))
+                except FileNotFoundError:
+                    continue  # no creation log
+                for line in data.splitlines():
+                    highest = _higher(highest, _logged_seq(line, key))
         except (OSError, StoreError) as error:
             raise StoreCorrupted(
                 f"{self.path}: not a sequence number, and the numbers in use cannot be read to "
                 f"rebuild it ({error}): write a number above every run's creation number "
                 "(`seq`) into it"
             ) from None
-        for line in logged.splitlines():
-            try:
-                seq = orjson.loads(line).get("record", {}).get("seq")
-            except (orjson.JSONDecodeError, AttributeError):
-                continue
-            if isinstance(seq, int):
-                highest = _higher(highest, seq)
         return highest
+
+
+def _walk_error(error: OSError) -> None:
+    if not isinstance(error, FileNotFoundError):  # a tree not made yet
+        raise error
+
+
+def _logged_seq(line: bytes, key: str) -> int:
+    """The ``seq`` of a JSON line (of its ``key`` object, if given); 0 if none."""
+    try:
+        found = orjson.loads(line)
+        if key:
+            found = found.get(key)
+        seq = found.get("seq")
+    except (orjson.JSONDecodeError, AttributeError):
+        return 0
+    return seq if isinstance(seq, int) else 0
 
 
 def _higher(highest: int, number: int) -> int:
