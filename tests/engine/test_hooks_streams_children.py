@@ -788,3 +788,49 @@ async def test_a_chain_of_nested_children_resumes_each_parent_at_once(
     await wf.resume_hook("nested-leaf", 39)
     assert await result == 42
     assert loop.time() - began < 3.0  # each of the three parents, at once (was >= 2 s each)
+
+
+@wf.workflow(max_attempts=1)
+async def recreates_in_a_loop() -> list[str]:
+    got = []
+    for _ in range(2):
+        hook = wf.create_hook(str, token="again")  # never disposed: the token is still live
+        got.append(await hook.next())
+    return got
+
+
+async def test_creating_a_hook_whose_token_the_run_holds_is_an_error(wf_engine: Engine) -> None:
+    run = await wf.start(recreates_in_a_loop)
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    await wf.resume_hook("again", "one")
+    with pytest.raises(wf.RunFailed, match="dispose") as caught:
+        await run.result(timeout=10)  # not suspended for ever on a hook nobody can reach
+    assert caught.value.error_type.endswith("HookError")
+    assert "'again'" in caught.value.message
+    assert await wf_engine.store.list_hooks() == []
+
+
+@wf.workflow
+async def recreates_after_dispose() -> list[str]:
+    first = wf.create_hook(str, token="again")
+    got = [await first.next()]
+    try:
+        wf.create_hook(str, token="again")
+    except wf.HookError as exc:  # raised again, at the same place, on every replay
+        got.append(f"refused: {'still held' in str(exc)}")
+    first.dispose()
+    second = wf.create_hook(str, token="again")  # disposed: the token is the run's to take again
+    got.append(await second.next())
+    return got
+
+
+async def test_a_token_disposed_may_be_taken_again_by_the_same_run(wf_engine: Engine) -> None:
+    run = await wf.start(recreates_after_dispose)
+    await wait_status(run, wf.RunStatus.SUSPENDED)
+    await wf.resume_hook("again", "one")
+    await run.settle(timeout=10)
+    assert await run.status() == wf.RunStatus.SUSPENDED
+    [live] = await wf_engine.store.list_hooks(run.id)
+    assert live.token == "again"
+    await wf.resume_hook("again", "two")  # resumes the run from the top: a replay
+    assert await run.result(timeout=10) == ["one", "refused: True", "two"]

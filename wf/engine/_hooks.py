@@ -115,6 +115,11 @@ class Hook(Generic[T]):
             created_at=ctx.clock.now(),
         )
         await ctx.settle()  # a token others can see may come from results not yet durable
+        releasing = ctx.state(HookState).releasing
+        if releasing:
+            # A hook disposed earlier may have held this token: its release must not come
+            # after (and undo) this claim.
+            await asyncio.gather(*releasing, return_exceptions=True)
         with ctx.storing():
             owner = await ctx.engine.store.register_hook(record)
         self._registered = owner is None
@@ -223,6 +228,8 @@ class Hook(Generic[T]):
             ctx.write_soon({"type": "hook_disposed", "op": op, "name": self.name, "hook": self.op})
         self._disposed = True
         ctx.state(HookState).tokens.pop(self.op, None)
+        if ctx.state(HookState).held.get(self.token) == self.op:
+            del ctx.state(HookState).held[self.token]
         ctx.state(HookState).unregistered.pop(self.op, None)
         releasing = ctx.state(HookState).releasing
         task = ctx.loop.create_task(ctx.engine.store.release_hook(self.token, ctx.run_id))
@@ -253,8 +260,20 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
     Without a ``token`` an unguessable one (192 random bits) is made; it is recorded, so replay
     gets the same one. The token is live (payloads sent to it are kept for ``next()``) before
     the run's next step runs its code or the run suspends, and at the latest at ``next()``.
+    A token stays this run's until the hook is disposed or the run ends: a ``token`` the run
+    still holds raises ``HookError`` (dispose of the first hook, or give another token).
     """
     ctx = require_run("wf.create_hook()")
+    state = ctx.state(HookState)
+    if token is not None and token in state.held:
+        # Before the operation is begun, from what this drive's code did so far (created and
+        # not disposed): a replay raises here again. The store would take the second claim for
+        # the first (same run), and the first hook would get the second hook's payloads.
+        raise HookError(
+            f"hook token {token!r} is still held by this run's hook created at operation "
+            f"{state.held[token]}: dispose() that hook first (or leave its 'async with'), "
+            "or give this hook another token"
+        )
     op, history = ctx.begin_op("hook", _type_label(payload_type))
     if history is not None:
         token = history.events[0]["token"]  # as recorded (an older wf checked less)
@@ -264,7 +283,8 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
             {"type": "hook_created", "op": op, "name": _type_label(payload_type), "token": token}
         )
     assert token is not None
-    ctx.state(HookState).tokens[op] = token
+    state.tokens[op] = token
+    state.held[token] = op
     return Hook(ctx, op, token, payload_type)
 
 
@@ -439,6 +459,10 @@ class HookState:
     """Hook op -> token, for the hooks still held (released when the run ends)."""
     refused: set[tuple[int, int]] = dataclasses.field(default_factory=set)
     """(hook op, payload index) of each payload ``next()`` refused (journaled)."""
+    held: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Token -> op of the hook holding it, as this drive's code has gone so far (created, not
+    disposed): unlike ``tokens`` (which a replay reads from the whole journal at once), it
+    tells ``create_hook`` the same on replay as when the code first ran."""
     unregistered: dict[int, Any] = dataclasses.field(default_factory=dict)
     """Hook op -> the ``Hook`` this drive created and has not registered yet."""
     releasing: set[asyncio.Task[None]] = dataclasses.field(default_factory=set)
