@@ -834,3 +834,27 @@ async def test_a_token_disposed_may_be_taken_again_by_the_same_run(wf_engine: En
     assert live.token == "again"
     await wf.resume_hook("again", "two")  # resumes the run from the top: a replay
     assert await run.result(timeout=10) == ["one", "refused: True", "two"]
+
+
+class PlainPayload:
+    """A plain class: pydantic cannot validate a payload into it, and wf cannot store one."""
+
+    def __init__(self, a: int) -> None:
+        self.a = a
+
+
+@wf.workflow
+async def waits_for_a_plain_class() -> str:
+    hook = wf.create_hook(PlainPayload, token="plain")
+    return repr(await hook.next())
+
+
+async def test_a_hook_no_payload_can_ever_fit_is_refused_at_create_hook(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(waits_for_a_plain_class)
+    with pytest.raises(wf.RunFailed, match="PlainPayload") as caught:
+        await run.result(timeout=10)  # not suspended on a hook no payload can reach
+    assert caught.value.error_type.endswith("UsageError")
+    assert "dataclass" in caught.value.message
+    assert await wf_engine.store.list_hooks() == []

@@ -33,7 +33,7 @@ from wf.engine._futures import OpCall, op_done, op_task
 from wf.engine._inbox import apply_messages
 from wf.engine._instruments import send
 from wf.engine._run import Run
-from wf.engine._signature import json_schema, validate_value
+from wf.engine._signature import json_schema, unschemed, validate_value
 from wf.store import Event, HookRecord, InboxMessage, RunRecord, WebhookDelivery
 from wf.store._faults import named_place
 from wf.store._limits import check_key, check_name, check_segment
@@ -264,6 +264,13 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
     still holds raises ``HookError`` (dispose of the first hook, or give another token).
     """
     ctx = require_run("wf.create_hook()")
+    if unschemed(payload_type):
+        label = _type_label(payload_type)
+        raise UsageError(
+            f"wf.create_hook({label}): no payload can ever be validated into {label} (pydantic "
+            "has no schema for it, and wf cannot store one): use a dataclass, a TypedDict, a "
+            "pydantic model or plain JSON types"
+        )
     state = ctx.state(HookState)
     if token is not None and token in state.held:
         # Before the operation is begun, from what this drive's code did so far (created and

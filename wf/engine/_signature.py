@@ -384,6 +384,36 @@ def validate_value(tp: Any, value: Any, *, where: str) -> Any:
     return _validated(_adapter_for(tp), value, InputValidationError, where)
 
 
+def unschemed(tp: Any) -> bool:
+    """Whether pydantic has no schema for ``tp`` (or a type inside it) and could only check
+    a value with ``isinstance``: a plain class. No JSON payload can be validated into such a
+    type, and wf cannot store an instance of it."""
+    if tp is Any or tp is object:
+        return False
+    try:
+        cached = _UNSCHEMED.get(tp)
+    except TypeError:
+        return _unschemed(tp)
+    if cached is None:
+        cached = _UNSCHEMED[tp] = _unschemed(tp)
+    return cached
+
+
+_UNSCHEMED: dict[Any, bool] = {}
+
+
+def _unschemed(tp: Any) -> bool:
+    from pydantic import PydanticSchemaGenerationError, TypeAdapter
+
+    try:
+        TypeAdapter(tp)
+    except PydanticSchemaGenerationError:
+        return True
+    except Exception:  # an unresolved forward reference, …: validated as anything, not refused
+        return False
+    return False
+
+
 def json_schema(tp: Any) -> dict[str, Any] | None:
     """The pydantic JSON schema of type ``tp``, or ``None`` if none can be produced."""
     if tp is Any or tp is object:
