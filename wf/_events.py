@@ -160,7 +160,9 @@ KINDS: dict[str, EventKind] = {
             ("op", "at"),
             ("scope",),
             doc="Where a cancellation (of the run, or a timeout's scope) reached the code: at "
-            "the call of operation ``op`` or while it waited (``at``). ``op`` does not open it.",
+            "the call of operation ``op`` or while it waited (``at``), or, for a timeout whose "
+            "block ended after its deadline with no operation left to stop, at the block's "
+            "end (``at: exit``, ``op``: the timeout's). ``op`` does not open it.",
         ),
         EventKind("wake_requested", (), ("message",), doc="A wake request taken in."),
         # -- streams ----------------------------------------------------------------------

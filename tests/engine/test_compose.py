@@ -287,6 +287,74 @@ async def test_a_running_step_finishes_and_the_next_operation_is_stopped(
     assert ran == ["long-step"]
 
 
+@wf.workflow
+async def last_step_outlives_timeout() -> list[str]:
+    seen = []
+    try:
+        async with wf.timeout(0.01) as limit:
+            await work("long-step", 0.05)
+        seen.append(f"no TimeoutError, expired={limit.expired}")
+    except TimeoutError:
+        seen.append(f"TimeoutError, expired={limit.expired}")
+    await wf.sleep(86400)  # suspends: the result comes from a replay, which must agree
+    return seen
+
+
+async def test_a_deadline_passed_during_the_last_step_raises_at_the_end_of_the_block(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(last_step_outlives_timeout)
+    assert await run.result() == ["TimeoutError, expired=True"]
+    assert ran == ["long-step"]  # the step ran once and finished
+
+
+@wf.workflow
+async def in_time_then_sleeps() -> str:
+    async with wf.timeout(60):
+        await work("quick")
+    await wf.sleep(86400)  # the replay comes long after the deadline: no TimeoutError then
+    return "in time"
+
+
+async def test_a_block_that_ended_in_time_is_not_timed_out_by_its_replay(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    start = mock_clock.now()
+    run = await wf.start(in_time_then_sleeps)
+    assert await run.result() == "in time"
+    assert mock_clock.now() - start >= 86400
+
+
+@wf.workflow
+async def past_deadlines() -> list[str]:
+    import datetime
+
+    seen: list[str] = []
+    try:
+        async with wf.deadline(datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)):
+            for i in range(3):
+                seen.append(await work(f"past {i}"))
+        seen.append("no TimeoutError")
+    except TimeoutError:
+        seen.append("TimeoutError")
+    try:
+        async with wf.timeout(0):
+            seen.append(await work("zero"))
+        seen.append("no TimeoutError")
+    except TimeoutError:
+        seen.append("TimeoutError")
+    await wf.sleep(86400)  # suspends: the replay must stop the same operations
+    return seen
+
+
+async def test_a_deadline_already_passed_stops_the_first_operation_of_the_block(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(past_deadlines)
+    assert await run.result() == ["TimeoutError", "TimeoutError"]
+    assert ran == []
+
+
 @wf.step
 def book(what: str) -> str:
     ran.append(f"book {what}")

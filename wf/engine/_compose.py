@@ -197,7 +197,13 @@ class timeout:
 
     Its deadline is recorded when the block is entered, so after a crash and replay only the
     remaining time is honoured. When it expires, the block stops at its next durable operation
-    (a running step finishes first) and ``TimeoutError`` is raised at the end of the block.
+    (a running step finishes first) and ``TimeoutError`` is raised at the end of the block:
+    also when the deadline passed during the block's last operation (the block then ran to its
+    end, and its results are dropped), or had passed already when the block was entered (its
+    first operation is stopped). Unlike ``asyncio.timeout``, which raises only if it cancelled
+    the body, a deadline that passed before the block ended is always a ``TimeoutError``, unless
+    another exception leaves the block. Where it was raised is journaled, so a replay raises it
+    at the same place, whatever the time then.
     """
 
     def __init__(self, seconds: float | _dt.timedelta) -> None:
@@ -206,10 +212,15 @@ class timeout:
         self._scope: CancelScope | None = None
         self._timer: asyncio.Task[None] | None = None
         self._token: Any = None
+        self._until_recorded: float | None = None
+        self._expired: bool | None = None
 
     @property
     def expired(self) -> bool:
-        """Whether the deadline passed while the block ran."""
+        """Whether the deadline passed while the block ran; once the block has ended, whether
+        it raised ``TimeoutError`` (the same on replay)."""
+        if self._expired is not None:
+            return self._expired
         return self._scope is not None and self._scope.fired
 
     async def __aenter__(self) -> timeout:
@@ -233,6 +244,11 @@ class timeout:
         scope = CancelScope(op, current_scope() or ctx.root_scope)
         ctx.scopes[op] = scope
         self._scope = scope
+        self._until_recorded = until
+        if history is None and until is not None and until <= ctx.clock.now():
+            # Over already (a past deadline, ``timeout(0)``): the block's first operation is
+            # stopped, rather than those that start before the timer's task gets to run.
+            ctx.fire(scope)
         # The timer runs outside the scope it guards (created before the scope is entered).
         self._timer = asyncio.get_running_loop().create_task(_expire(ctx, scope, until))
         self._token = _current_scope.set(scope)
@@ -248,11 +264,35 @@ class timeout:
         _current_scope.reset(self._token)
         self._timer.cancel()
         ctx = require_run("wf.timeout()")
-        if self._scope in ctx.pending_scopes:
-            ctx.pending_scopes.remove(self._scope)
-        if isinstance(exc, ScopeTimedOut) and exc.scope is self._scope:
-            raise TimeoutError(f"wf.timeout expired (operation #{self._scope.op})") from None
+        scope = self._scope
+        if scope in ctx.pending_scopes:
+            ctx.pending_scopes.remove(scope)
+        if isinstance(exc, ScopeTimedOut) and exc.scope is scope:
+            self._expired = True
+            raise TimeoutError(f"wf.timeout expired (operation #{scope.op})") from None
+        self._expired = exc_type is None and self._expired_at_exit(ctx, scope)
+        if self._expired:
+            # The deadline passed while the block's last operation ran (no operation was left
+            # to stop): the promise is a TimeoutError at the end of the block all the same.
+            scope.fired = True
+            raise TimeoutError(f"wf.timeout expired (operation #{scope.op}) before its block ended")
         return False
+
+    def _expired_at_exit(self, ctx: RunContext, scope: CancelScope) -> bool:
+        """Whether the block that ended with no error is timed out: a journaled fact
+        (``cancel_delivered`` at ``exit``), never a reading of the clock on replay."""
+        assert scope.op is not None
+        mark = ctx.delivery_marks.get(scope.op)
+        if mark is not None and mark[0] == "exit":
+            del ctx.delivery_marks[scope.op]
+            return True
+        if ctx.replaying:
+            return False  # the journal goes on past this block: it ended in time then
+        until = self._until_recorded
+        if not scope.fired and (until is None or ctx.clock.now() < until):
+            return False
+        ctx.mark_delivered(scope.op, "exit", scope)
+        return True
 
 
 class deadline(timeout):

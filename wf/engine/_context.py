@@ -789,6 +789,11 @@ class RunContext:
     def _mark(self, op: int, at: str, scope: CancelScope) -> None:
         self.write_soon({"type": "cancel_delivered", "op": op, "at": at, "scope": scope.op})
 
+    def mark_delivered(self, op: int, at: str, scope: CancelScope) -> None:
+        """Journal that ``scope``'s cancellation reached the code at ``op`` (``at``: "call",
+        "wait", or "exit": a timeout's block that ended after its deadline)."""
+        self._mark(op, at, scope)
+
     def _deliver_recorded(self, op: int, at: str) -> None:
         mark = self.delivery_marks.get(op)
         if mark is not None and mark[0] == at:
