@@ -150,7 +150,14 @@ KINDS: dict[str, EventKind] = {
             doc="A child's outcome taken in from the inbox; ``at``: when the child ended.",
         ),
         # -- composition ------------------------------------------------------------------
-        EventKind("select_decided", ("op", "name", "index"), opens="select"),
+        EventKind(
+            "select_decided",
+            ("op", "name", "index"),
+            ("cancelled",),
+            opens="select",
+            doc="Which candidate won (``index``); ``cancelled``: the operations of the steps "
+            "still running that the decision cancelled (absent when there were none).",
+        ),
         EventKind("timeout_started", ("op", "name", "until"), opens="timeout"),
         EventKind("rollback_registered", ("op", "name"), opens="rollback"),
         # -- requests from outside, and their delivery --------------------------------------

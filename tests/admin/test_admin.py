@@ -347,3 +347,47 @@ async def test_a_run_with_more_children_than_shown_links_its_newest_in_start_ord
     await parent.settle()
     detail = await admin.run_detail(wf_engine.store, parent.id)
     assert [c.id for c in detail.children] == [f"{parent.id}.1", f"{parent.id}.2"]
+
+
+_HOLD: list[asyncio.Event] = []
+
+
+@wf.step
+async def never_ends() -> str:
+    await asyncio.Event().wait()  # loses the race below: cancelled
+    return "never"
+
+
+@wf.step
+async def held_after_race() -> None:
+    _HOLD[1].set()
+    await _HOLD[0].wait()
+
+
+@wf.workflow
+async def select_then_hold() -> None:
+    await wf.select(never_ends(), wf.sleep(1))
+    await held_after_race()
+    await wf.sleep(3600)
+
+
+async def test_a_step_that_lost_a_select_is_shown_cancelled_not_running(
+    wf_engine: Engine,
+) -> None:
+    _HOLD[:] = [asyncio.Event(), asyncio.Event()]
+    run = await wf.start(select_then_hold)
+    await asyncio.wait_for(_HOLD[1].wait(), 10)  # the select is decided, the next step runs
+    detail = await admin.run_detail(wf_engine.store, run.id)
+    statuses = {row.name: row.status for row in detail.steps if row.kind == "step"}
+    assert statuses == {"never_ends": "cancelled", "held_after_race": "running"}
+    [loser] = [row for row in detail.steps if row.name == "never_ends"]
+    assert loser.spans[-1].status == "cancelled" and loser.duration is not None
+    why = admin.explain(detail)
+    assert [r.name for r in why.reasons if r.kind == "step_running"] == ["held_after_race"]
+    _HOLD[0].set()
+    assert (await run.settle()).status == wf.RunStatus.SUSPENDED
+    detail = await admin.run_detail(wf_engine.store, run.id)
+    assert {row.name: row.status for row in detail.steps if row.kind == "step"} == {
+        "never_ends": "cancelled",  # not "interrupted": the resumed run will not run it again
+        "held_after_race": "completed",
+    }

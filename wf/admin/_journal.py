@@ -66,6 +66,8 @@ def operations(
             hook = rows.get(hook_op) if isinstance(hook_op, int) else None
             if hook is not None:
                 _apply_hook(hook, kind_of, ts)
+        elif kind_of == "select_decided":
+            _cancel_losers(rows, event.get("cancelled"), ts)
         elif kind_of == "child_finished":
             child = children.get(str(event.get("child")))
             if child is not None:
@@ -109,6 +111,20 @@ def operations(
         if row.spans and row.spans[-1].status == "running" and stopped:
             row.spans[-1].status = left
     return [rows[op] for op in sorted(rows)]
+
+
+def _cancel_losers(rows: dict[int, Operation], ops: Any, ts: float) -> None:
+    """The steps a ``wf.select`` cancelled when it decided (its event's ``cancelled``): ended
+    then, never to run again (a replay does not start a loser)."""
+    for op in ops if isinstance(ops, list) else ():
+        row = rows.get(op) if isinstance(op, int) else None
+        if row is None or row.kind != "step" or row.status != "running":
+            continue
+        row.status = "cancelled"
+        row.finish(ts)
+        if row.spans and row.spans[-1].status == "running":
+            row.spans[-1].status = "cancelled"
+            row.spans[-1].finished_at = ts
 
 
 def _end_sleep(

@@ -19,7 +19,8 @@ ErrorInfo = dict[str, Any]
 @dataclasses.dataclass
 class Attempt:
     """One attempt of a step: when it ran, how it ended (``running``, ``completed``,
-    ``retried``, ``failed``, ``interrupted``) and, for a retried one, when the next begins."""
+    ``retried``, ``failed``, ``interrupted``, ``cancelled``) and, for a retried one, when the
+    next begins."""
 
     number: int
     started_at: float
@@ -45,7 +46,8 @@ class Operation:
     ``kind``: ``step``, ``sleep``, ``hook`` or ``child``. ``name``: a step's name, a hook's
     token, a child's run id. Step statuses: ``running``, ``retrying``, ``completed``,
     ``failed``, ``interrupted`` (running when its run stopped being driven: it runs again),
-    ``cancelled`` (running when its run ended). Sleeps: ``sleeping``, ``done`` or
+    ``cancelled`` (running when its run ended, or when a ``wf.select`` it lost decided: a sync
+    step's thread runs on to its end, its result dropped). Sleeps: ``sleeping``, ``done`` or
     ``cancelled`` (its run ended first). Hooks: ``waiting``, ``received`` (``attempts``
     counts payloads), ``disposed``. Child runs: ``running``, then the child's final status.
     ``duration`` is in seconds once finished; ``error`` is the latest failure; ``retry_at``

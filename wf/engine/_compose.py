@@ -146,7 +146,11 @@ async def _select(
                 future.cancel()
             raise
         winner = _earliest(ctx, futures)
-        await ctx.write(ctx.event("select_decided", op=op, name="select", index=winner))
+        decided_event = ctx.event("select_decided", op=op, name="select", index=winner)
+        losers = _losing_steps(ctx, futures, winner)
+        if losers:
+            decided_event["cancelled"] = losers
+        await ctx.write(decided_event)
     finally:
         # A select cancelled before any outcome (a suspension, a timeout scope) cancels its
         # branches above; their callbacks would fire after this block and count the run active
@@ -159,6 +163,20 @@ async def _select(
         if index != winner:
             future.cancel()
     return winner, futures[winner].result()
+
+
+def _losing_steps(
+    ctx: RunContext, futures: Sequence[asyncio.Future[Any]], winner: int
+) -> list[int]:
+    """The operations of the steps still running that the decision cancels: journaled with it
+    (``cancelled``), so ``wf inspect`` shows them cancelled rather than running until the run
+    ends (a sync step's thread runs on to its end, its result dropped)."""
+    by_task = {id(task): op for op, task in ctx.step_calls.items()}
+    return sorted(
+        by_task[id(future)]
+        for index, future in enumerate(futures)
+        if index != winner and not future.done() and id(future) in by_task
+    )
 
 
 async def _take_in_messages(ctx: RunContext) -> None:
