@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pydantic
 import pytest
 
 import wf
@@ -42,6 +43,25 @@ async def claim(token: str) -> str:
     if owner is not None:
         return f"taken by {owner.id}"
     return await hook.next()
+
+
+class Positive(pydantic.BaseModel):
+    """A payload its JSON schema cannot fully describe: a validator refuses negative numbers."""
+
+    n: int
+
+    @pydantic.field_validator("n")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("n must be >= 0")
+        return value
+
+
+@wf.workflow
+async def positive() -> int:
+    hook = wf.create_hook(Positive, token="positive")
+    return (await hook.next()).n
 
 
 @contextlib.contextmanager
@@ -284,3 +304,20 @@ def test_wait_follows_a_run_another_process_drives(project: Project) -> None:
         project.wait_for(lambda: project.status(run_id) == "suspended")
         result = project.cli("hook", "resume", "collect", "--data", "7", "--wait")
         assert result.exit_code == 0 and f"run {run_id}: completed" in result.stderr
+
+
+def test_a_payload_the_run_refuses_once_stored_is_exit_2(project: Project) -> None:
+    """The command cannot import the hook's type (it checks the JSON schema, which has no
+    validators): the payload is stored, and the run refuses it when it takes it in."""
+    run_id = project.cli("run", f"{HERE}:positive", "--detach").stdout.strip()
+    assert project.cli("worker", "--until-idle").exit_code == 0
+    refused = project.wf("hook", "resume", "positive", "--data", '{"n": -1}')
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout.strip() == run_id  # stored: the run is named all the same
+    line = refused.stderr.splitlines()[-1]  # after the warning the run logs as it refuses it
+    assert line.startswith(f"error: run {run_id} refused the payload:"), refused.stderr
+    assert "n must be >= 0" in line
+    assert project.status(run_id) == "suspended"
+    accepted = project.wf("hook", "resume", "positive", "--data", '{"n": 3}')
+    assert accepted.returncode == 0, accepted.stderr
+    assert project.gather(run_id)["run"]["output"] == 3

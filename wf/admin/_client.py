@@ -112,6 +112,14 @@ class Admin(Protocol):
         With ``key``, a repeat delivers nothing new (``wf.resume_hook``)."""
         ...
 
+    async def resume_hook_sent(
+        self, token: str, payload: Any, *, key: str | None = None
+    ) -> tuple[str, str | None]:
+        """``resume_hook``, and the id of the inbox message that carried the payload, which
+        the run journals with it (``hook_payload``'s ``message``): None when not known (a
+        keyed delivery, or over HTTP)."""
+        ...
+
     async def settle(self, run_id: str) -> RunRecord:
         """Wait until the run ended or waits on something outside it; its record."""
         ...
@@ -349,6 +357,11 @@ class LocalAdmin:
 
     async def resume_hook(self, token: str, payload: Any, *, key: str | None = None) -> str:
         return await _control.resume_hook(self.engine, token, payload, key=key)
+
+    async def resume_hook_sent(
+        self, token: str, payload: Any, *, key: str | None = None
+    ) -> tuple[str, str | None]:
+        return await _control.resume_hook_sent(self.engine, token, payload, key=key)
 
     async def settle(self, run_id: str) -> RunRecord:
         return await _control._run(self.engine, run_id).settle()

@@ -238,6 +238,18 @@ async def resume_hook(engine: Engine, token: str, payload: Any, *, key: str | No
     return (await deliver(token, payload, key=key, engine=engine)).id
 
 
+async def resume_hook_sent(
+    engine: Engine, token: str, payload: Any, *, key: str | None = None
+) -> tuple[str, str | None]:
+    """``resume_hook``, and the id of the inbox message that carried the payload (None for a
+    keyed delivery): ``_journal.refused_payload`` tells from it whether the run refused the
+    payload."""
+    from wf.engine._hooks import resume_hook_sent as deliver
+
+    run, message = await deliver(token, payload, key=key, engine=engine)
+    return run.id, message
+
+
 async def live_hook(store: Store, token: str) -> HookRecord:
     """The hook with ``token`` while its run waits on it; ``wf.HookError`` (the words every
     front end gives) for a token no live hook has: unknown, disposed, or its run ended (or was

@@ -218,6 +218,12 @@ class HttpAdmin:
     async def resume_hook(self, token: str, payload: Any, *, key: str | None = None) -> str:
         return (await self.remote.resume_hook(token, payload, key=key)).id
 
+    async def resume_hook_sent(
+        self, token: str, payload: Any, *, key: str | None = None
+    ) -> tuple[str, str | None]:
+        # The server does not say which message carried the payload.
+        return await self.resume_hook(token, payload, key=key), None
+
     async def settle(self, run_id: str) -> RunRecord:
         from wf.store._ids import validate_run_id
 

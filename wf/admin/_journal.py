@@ -339,3 +339,25 @@ def _compensations_ran(
                 for row in tail[start:]
             ]
     return []
+
+
+def refused_payload(journal: list[dict[str, Any]], message: str) -> str | None:
+    """Why the run refused the payload the inbox message ``message`` carried, as its journal
+    says (``hook_payload_refused``); None if it took it, or has not taken it in yet."""
+    counts: dict[Any, int] = {}
+    found: tuple[Any, int] | None = None
+    for event in journal:
+        kind_of = event.get("type")
+        if kind_of == "hook_payload":
+            hook = event.get("hook")
+            index = counts.get(hook, 0)
+            counts[hook] = index + 1
+            if event.get("message") == message:
+                found = (hook, index)
+        elif (
+            kind_of == "hook_payload_refused"
+            and found is not None
+            and (event.get("hook"), event.get("index")) == found
+        ):
+            return str(event.get("error") or "refused")
+    return None

@@ -112,26 +112,36 @@ def resume_command(
     TOKEN names the hook (`wf hooks` lists them). The payload is validated against the hook's
     type first: an unknown or disposed token, or a payload that does not fit, is exit 2 and
     nothing is delivered. Then, like `wf cancel` and `wf wake`, it waits until the run has taken
-    the payload in (--no-wait: returns at once).
+    the payload in (--no-wait: returns at once); a payload the run refuses then (a validator
+    the hook's JSON schema does not carry) is exit 2 too.
     """
     from wf.cli._grammar import merged
 
     # -d meant --data here but --detach in `wf run`.
     payload = read_data(merged(data, old_data, "wf hook resume -d", "wf hook resume --data"))
-    run_id, record, problem = asyncio.run(_resume(token, payload, wait, key))
+    run_id, record, problem, refusal = asyncio.run(_resume(token, payload, wait, key))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
     if problem is not None:
         from wf.cli._control import not_driven_here
 
         raise typer.Exit(not_driven_here("the payload for", run_id, problem))
+    if refusal is not None:
+        # Stored, then refused by the run as it took it in (a validator the hook's JSON schema
+        # does not carry): it never reached the workflow, which waits on.
+        from wf.cli._errors import EXIT_USAGE, error
+
+        error(f"run {run_id} refused the payload: {refusal}")
+        raise typer.Exit(EXIT_USAGE)
     if record is not None:
         raise typer.Exit(_report_settled(record))
 
 
 async def _resume(
     token: str, payload: Any, wait: bool, key: str | None = None
-) -> tuple[str, RunRecord | None, Exception | None]:
+) -> tuple[str, RunRecord | None, Exception | None, str | None]:
+    """The run's id, its record once settled, why it cannot be driven here, and why it
+    refused the payload (if it did)."""
     from wf._config import deployment_setting
     from wf._exceptions import UsageError
     from wf.admin import connect
@@ -139,16 +149,32 @@ async def _resume(
     from wf.cli._store import say_crossing
 
     async with connect(on_crossing=say_crossing(deployment_setting())) as client:
-        run_id = await client.resume_hook(token, payload, key=key)
+        run_id, message = await client.resume_hook_sent(token, payload, key=key)
         if not wait:
-            return run_id, None, None
+            return run_id, None, None, None
         await say_who_drives(client, run_id)
         try:
-            return run_id, await client.settle(run_id), None
+            record = await client.settle(run_id)
         except UsageError as exc:
             # Delivered already: the run only cannot be driven here (its workflow does not
             # import in this directory). Say so, never "nothing done" (exit 2).
-            return run_id, None, exc
+            return run_id, None, exc, None
+        refusal = None if message is None else await _refusal(client, run_id, message)
+        return run_id, record, None, refusal
+
+
+async def _refusal(client: Any, run_id: str, message: str) -> str | None:
+    """Why the settled run refused the payload ``message`` carried, from its journal."""
+    from wf.admin._journal import refused_payload
+
+    events: list[dict[str, Any]] = []
+    start = 0
+    while True:
+        page = await client.journal_page(run_id, start=start)
+        events += page.events
+        start = page.next_start
+        if not page.more:
+            return refused_payload(events, message)
 
 
 def _report_settled(record: RunRecord) -> int:

@@ -308,6 +308,15 @@ async def resume_hook(
     once the run has ended. A caller whose call failed (``StoreUnavailable``,
     ``ServerUnavailable``) without knowing whether it was applied retries with the same key.
     """
+    return (await resume_hook_sent(token, payload, key=key, engine=engine))[0]
+
+
+async def resume_hook_sent(
+    token: str, payload: Any, *, key: str | None = None, engine: EngineLike | None = None
+) -> tuple[Run[Any], str | None]:
+    """``resume_hook``, and the id of the inbox message that carried the payload (None for a
+    keyed delivery): its run journals that id with the payload (``hook_payload``), so a sender
+    can tell from the journal whether the run took it or refused it (``hook_payload_refused``)."""
     if current_run() is not None:
         raise UsageError("wf.resume_hook() is I/O: call it from a step, not from workflow code")
     check_name("a hook token", token)
@@ -315,14 +324,16 @@ async def resume_hook(
         check_key(key)
     engine = engine or current_engine()
     if key is not None and (owner := await kept_resume(engine, token, key)) is not None:
-        return owner
+        return owner, None
     hook = await engine.store.get_hook(token)
     if hook is None and await engine.quiet():
         # A test engine: the run may be just started, not yet at its ``create_hook``.
         hook = await engine.store.get_hook(token)
     if hook is None:
         raise no_live_hook(token)
-    return await deliver(engine, hook, payload, key=key)
+    sent: list[str] = []
+    run = await deliver(engine, hook, payload, key=key, sent=sent)
+    return run, sent[0] if sent else None
 
 
 def resume_id(token: str, key: str) -> str:
@@ -360,11 +371,13 @@ async def deliver(
     *,
     wrap: Any = None,
     key: str | None = None,
+    sent: list[str] | None = None,
 ) -> Run[Any]:
     """Validate ``payload`` against the hook's type and post it to its run's inbox.
 
     ``wrap`` (a webhook's delivery) turns the validated payload into what is posted. With a
     ``key`` it is posted once (``Store.post_once``): a repeat returns the run it went to.
+    Without one, the posted message's id is appended to ``sent`` (if given).
     """
     token = hook.token
     if wrap is None and isinstance(payload, dict) and WEBHOOK_ENVELOPE in payload:
@@ -394,7 +407,9 @@ async def deliver(
     if engine.instrumented():
         send(engine.instruments, hook.run_id, "hook", data)  # before the post: it adds a trace
     if key is None:
-        await engine.store.post(hook.run_id, "hook", data)
+        message = await engine.store.post(hook.run_id, "hook", data)
+        if sent is not None:
+            sent.append(message)
     else:
         kept = WebhookDelivery(resume_id(token, key), token, hook.run_id, "", None, data["at"])
         first = await engine.store.post_once(hook.run_id, "hook", data, kept)
