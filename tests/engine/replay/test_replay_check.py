@@ -229,3 +229,23 @@ async def test_a_replay_check_reaches_only_read_methods_of_the_real_store() -> N
     assert report.status == "ok"
     assert store.called, "the check reads the run through the store"
     assert not _WRITES & set(store.called), store.called
+
+
+@wf.step
+def quick_step() -> str:
+    return "quick"
+
+
+@wf.workflow
+async def ends_in_a_timeout_block() -> str:
+    async with wf.timeout(60):
+        return await quick_step()
+
+
+async def test_a_timeout_block_that_ended_in_time_checks_ok_by_a_far_clock(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(ends_in_a_timeout_block)
+    assert await run.result() == "quick"
+    report = await check_run(wf_engine.store, run.id)  # its clock is far past the deadline
+    assert report.status == "ok", report.message
