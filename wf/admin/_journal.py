@@ -118,9 +118,10 @@ def _cancel_losers(rows: dict[int, Operation], ops: Any, ts: float) -> None:
     then, never to run again (a replay does not start a loser)."""
     for op in ops if isinstance(ops, list) else ():
         row = rows.get(op) if isinstance(op, int) else None
-        if row is None or row.kind != "step" or row.status != "running":
+        if row is None or row.kind != "step" or row.status not in ("running", "retrying"):
             continue
         row.status = "cancelled"
+        row.retry_at = None
         row.finish(ts)
         if row.spans and row.spans[-1].status == "running":
             row.spans[-1].status = "cancelled"
