@@ -11,6 +11,7 @@ import pytest
 
 import wf
 from wf import Engine, admin
+from wf.engine._workflow import _registry
 from wf.store import Store
 from wf.testing import MockClock, TestEngine
 
@@ -558,6 +559,8 @@ def change_the_code_then_fail(what: str) -> None:
     if what == "steps":
         shape["steps"] = 2
     else:
+        # A process declares one function a name: the deploy forgets the old one first.
+        _registry.pop("queues:reshaped")
         wf.workflow(name="queues:reshaped", max_attempts=5, backoff=lambda attempt: 1.0)(
             _reshaped_v2
         )
@@ -597,6 +600,7 @@ async def test_nondeterminism_fails_the_run_with_no_further_attempt(wf_engine: E
 async def test_input_that_no_longer_validates_fails_with_no_further_attempt(
     wf_engine: Engine,
 ) -> None:
+    _registry.pop("queues:reshaped", None)  # the deploy of the test before (another store's)
     reshaped = wf.workflow(name="queues:reshaped", max_attempts=5, backoff=lambda a: 1.0)(
         _reshaped_v1
     )

@@ -95,7 +95,7 @@ async def drive(
     pending, and ``engine.holds[run_id]`` says why (and when to look again).
     """
     fresh = run_id in engine.fresh
-    engine.fresh.discard(run_id)
+    started_with = engine.fresh.pop(run_id, None)
     if lease is None:
         lease = await engine.store.try_acquire(run_id)
         if lease is None:
@@ -104,8 +104,10 @@ async def drive(
     try:
         while True:
             try:
-                record = await _drive_once(engine, lease, run_id, admission, fresh=fresh, loop=loop)
-                fresh = False
+                record = await _drive_once(
+                    engine, lease, run_id, admission, fresh=fresh, loop=loop, given=started_with
+                )
+                fresh, started_with = False, None
             except StoreFailure as failure:
                 # Not the run's failure: the store's. The run stays due for a later driver.
                 raise failure.error from None
@@ -164,7 +166,11 @@ async def _drive_once(
     *,
     fresh: bool = False,
     loop: asyncio.AbstractEventLoop | None = None,
+    given: Workflow[Any, Any] | None = None,
 ) -> RunRecord:
+    """One drive of the run. ``given``: the workflow object its start was given (its first
+    drive, in the process that created it), whose code it runs: the registry's entry for its
+    name may be another definition by now (a module reloaded since)."""
     store = engine.store
     try:
         record, journal = await lease.read_run(store)
@@ -252,8 +258,11 @@ async def _drive_once(
     # Off the event loop: a slow import must not stall the other runs this process drives.
     workflow: Workflow[Any, Any] | WorkflowNotFound | LoadError
     try:
-        with thread_work(engine.clock):
-            workflow = await resolve_workflow_off_loop(record.workflow, record.target)
+        if given is not None and given.name == record.workflow:
+            workflow = given
+        else:
+            with thread_work(engine.clock):
+                workflow = await resolve_workflow_off_loop(record.workflow, record.target)
     except (WorkflowNotFound, LoadError) as exc:
         if events == 1 and await _cancel_waits(ctx):
             return await _cancel_unstarted(engine, ctx)

@@ -225,10 +225,12 @@ class Engine:
         """Runs whose last drive here failed in the store (a ``StoreError``), by id: the clock
         time before which ``result()``'s pass over descendants does not drive them again
         (``wf.engine._aside``)."""
-        self.fresh: set[str] = set()
+        self.fresh: dict[str, Workflow[Any, Any] | None] = {}
         """Runs this engine created and drives at once, before their first drive began: that
         drive leaves no durable mark before its first step (``wf.engine._recovery``), which
-        keeps a start-and-run to the flushes it always took."""
+        keeps a start-and-run to the flushes it always took. With the workflow object each was
+        started with (None: started by name): its first drive runs that object's code, not
+        whatever its name finds in the registry."""
         self.held_ahead: Callable[[str, tuple[int, float, int, str]], bool] | None = None
         """Set by a running worker: whether runs it holds for a cap (slot name) rank ahead of
         a run at the given place in the queue's order, which must then wait behind them."""
@@ -562,12 +564,12 @@ class Engine:
             # of this process's own worker may take it before ``create_run`` returns (the
             # local store's flush follows the publication). That drive is the run's first, by
             # its creator (``_driver``: not one of a run whose creator died, driven apart).
-            self.fresh.add(run_id)
+            self.fresh[run_id] = workflow if isinstance(workflow, Workflow) else None
         try:
             created = await self.store.create_run(record, [started], explicit=explicit)
         except StoreCorrupted as error:
             if marked:
-                self.fresh.discard(run_id)
+                self.fresh.pop(run_id, None)
             if parent is None:
                 raise
             # A child's creation stopped by damage (a file where its index directory belongs)
@@ -579,11 +581,11 @@ class Engine:
             ) from error
         except BaseException:
             if marked:
-                self.fresh.discard(run_id)
+                self.fresh.pop(run_id, None)
             raise
         if not created:
             if marked:
-                self.fresh.discard(run_id)  # another start's run: marked again below if driven
+                self.fresh.pop(run_id, None)  # another start's run: marked again below if driven
             if run_options is not None and run_options.unique:
                 raise RunAlreadyExists(f"run {run_id!r} exists already (unique start)", run_id)
             try:
@@ -617,7 +619,7 @@ class Engine:
             _instrument_created(self.instruments, record)
         if not queued:
             if not created:
-                self.fresh.add(run_id)
+                self.fresh[run_id] = workflow if isinstance(workflow, Workflow) else None
             # Not bounded again: the run was made ``running`` for this drive (a place freed
             # for it may have been taken while it was created, by one run at most).
             try:

@@ -48,7 +48,7 @@ class EngineLike(Protocol):
     """Runs driven here at once, at most (a worker's concurrency; None: no bound)."""
     claiming: int
     holds: dict[str, Hold]
-    fresh: set[str]
+    fresh: dict[str, Workflow[Any, Any] | None]
     failed_until: dict[str, float]
     """Runs whose last drive here failed in the store (``wf.engine._aside.note_failed``), by
     id: the time before which a ``result()`` waiting on an ancestor does not drive them."""

@@ -192,7 +192,11 @@ def workflow(
 
     def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
         declared = Workflow(f, name=name, options=options, retention=retention)
-        # Re-declaring a name (a module reloaded by ``wf dev``) replaces the old definition.
+        earlier = _registry.get(declared.name)
+        if earlier is not None and not _same_definition(earlier.fn, f):
+            raise UsageError(_declared_twice(declared.name, earlier.fn, f))
+        # The same definition declared again (its module re-imported: ``wf dev``'s reload,
+        # ``importlib.reload``, a script imported by its module name too) replaces the old.
         _registry[declared.name] = declared
         return declared
 
@@ -296,6 +300,52 @@ def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
         hint = f" (tried importing {target!r})" if target else ""
         raise WorkflowNotFound(f"no workflow named {name!r} is declared in this process{hint}")
     return found
+
+
+def _same_definition(earlier: Callable[..., Any], later: Callable[..., Any]) -> bool:
+    """Whether ``later`` declares again what ``earlier`` declared: the same function of the
+    same module (imported again), or of the same file (one file imported under two module
+    names, ``__main__`` and its own). A module whose import failed or was purged declares
+    nothing any more: what it declared may be taken over."""
+    if getattr(earlier, "__qualname__", None) != getattr(later, "__qualname__", None):
+        return _gone(earlier)
+    if getattr(earlier, "__module__", None) == getattr(later, "__module__", None):
+        return True
+    return _source(earlier)[0] == _source(later)[0] or _gone(earlier)
+
+
+def _gone(fn: Callable[..., Any]) -> bool:
+    """Whether the module that declared ``fn`` is no longer imported (its import failed, or
+    it was purged): nothing runs its declarations any more."""
+    return sys.modules.get(getattr(fn, "__module__", "")) is None
+
+
+def _source(fn: Callable[..., Any]) -> tuple[str | None, int | None]:
+    """The file and first line of ``fn``'s code (an ``async def``'s), if it has them."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None, None
+    return code.co_filename, code.co_firstlineno
+
+
+def _declared_twice(name: str, earlier: Callable[..., Any], later: Callable[..., Any]) -> str:
+    """The ``wf.UsageError`` of a name declared by two different functions."""
+    return (
+        f"workflow name {name!r} is declared twice: by {_described(earlier)} and by "
+        f"{_described(later)}; a run records only its name, so give one of them another "
+        "@wf.workflow(name=...)"
+    )
+
+
+def _described(fn: Callable[..., Any]) -> str:
+    """``module:qualname (file.py:3)``."""
+    import os
+
+    where = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+    file, line = _source(fn)
+    if file is None:
+        return where
+    return f"{where} ({os.path.basename(file)}:{line})"
 
 
 def _not_a_coroutine(fn: Callable[..., Any]) -> str:
