@@ -171,6 +171,32 @@ async def test_a_run_no_worker_can_load_ends_when_cancelled(
     assert (await run.record()).cancel_requested
 
 
+@pytest.mark.parametrize(
+    "target",
+    [f"{FLOWS}:no_such_flow", "tests.engine.no_such_module:flow"],
+    ids=["name", "module"],
+)
+async def test_a_run_started_by_name_here_that_cannot_load_stays_pending(
+    wf_engine: Engine, target: str
+) -> None:
+    # Was: left `running` for ever (its creator's drive marked it so, then gave up), which
+    # `wf runs` showed with a growing duration and `wf inspect` as a run whose driver died.
+    run = await wf.start(target, {})  # driven here at once: this process cannot load it
+    with pytest.raises(wf.LoadError):
+        await run.result()
+    assert (await run.status()) is wf.RunStatus.PENDING  # left for a worker that can load it
+    await wf.Worker(wf_engine, concurrency=4, on_error=lambda run_id, error: None).run(
+        until_idle=True
+    )
+    assert (await run.status()) is wf.RunStatus.PENDING
+    await run.cancel()
+    await wf.Worker(wf_engine, concurrency=4, on_error=lambda run_id, error: None).run(
+        until_idle=True
+    )
+    with pytest.raises(wf.RunCancelled):
+        await run.result()
+
+
 @wf.workflow
 async def quick() -> str:
     return "quick"

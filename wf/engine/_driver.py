@@ -267,6 +267,12 @@ async def _drive_once(
         if events == 1 and await _cancel_waits(ctx):
             return await _cancel_unstarted(engine, ctx)
         if record.by_name is not None:
+            if record.status is RunStatus.RUNNING and events == 1:
+                # Created to be driven here (or left so by a drive that failed the same way):
+                # none of its code ran, and it waits for a process that loads it, pending
+                # (docs/queues.md), not running as if its driver had died.
+                record.status = RunStatus.PENDING
+                await lease.save(record)
             raise  # without its declaration, nothing says which caps hold it
         workflow = exc  # raised inside the drive (and its span)
     if isinstance(workflow, Workflow):
