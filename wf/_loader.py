@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import keyword
 import os
 import sys
 import threading
@@ -56,6 +57,45 @@ def module_name_for(path: Path) -> tuple[str, Path]:
             if all(part.isidentifier() for part in rel):
                 return ".".join(rel), base
     return parts[-1], path.parent
+
+
+def importable_name(path: Path) -> str | None:
+    """The dotted module name under which any process started in the project imports the
+    ``.py`` file ``path`` (``jobs/nightly.py`` -> ``jobs.nightly``): its path relative to the
+    project root (else the current directory), when every part is a name ``import`` takes.
+    None when it has none: below that directory but at a path no module has (``sub dir/``,
+    ``2bad/``, ``my-flows.py``), or outside it."""
+    path = path.resolve()
+    for base in dict.fromkeys((project_root(), Path.cwd().resolve())):
+        if path.is_relative_to(base):
+            rel = path.with_suffix("").relative_to(base).parts
+            if rel and all(p.isidentifier() and not keyword.iskeyword(p) for p in rel):
+                return ".".join(rel)
+            return None  # the first directory it is below decides: another gives other names
+    return None
+
+
+def script_module(fn: Any) -> str | None:
+    """The module name another process imports the script being run (``python3 jobs/x.py``,
+    ``python3 -m jobs.x``) by, when ``fn`` is a function of it (its module ``__main__``):
+    ``importable_name`` of its file, or the name ``-m`` was given. None when it has none (a
+    file of no module path, ``python -c``, an interactive session)."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(fn, "__module__", None) != "__main__":
+        return None
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return str(spec.name)  # python -m NAME
+    file = getattr(main, "__file__", None)
+    code = getattr(fn, "__code__", None)
+    if not isinstance(file, str) or not file.endswith(".py") or code is None:
+        return None
+    try:
+        if Path(code.co_filename).resolve() != Path(file).resolve():
+            return None  # code run as __main__ from elsewhere (exec, runpy of a string)
+        return importable_name(Path(file))
+    except OSError:
+        return None
 
 
 def ensure_project_on_path() -> None:
@@ -437,9 +477,10 @@ def canonical_target(target: str, obj: Any) -> str:
     module_spec, attr = split_target(target)
     if module_spec.endswith(".py") or "/" in module_spec:
         path = Path(module_spec).resolve()
-        if not any(path.is_relative_to(b) for b in (project_root(), Path.cwd().resolve())):
-            # Outside the project no dotted name is importable elsewhere: keep the path.
+        module_name = importable_name(path)
+        if module_name is None:
+            # Outside the project, or at a path no module has (``sub dir/ok.py``): no dotted
+            # name is importable elsewhere, keep the path (which loads it, as here).
             return f"{path}:{attr}"
-        module_name, _ = module_name_for(path)
         return f"{module_name}:{attr}"
     return target

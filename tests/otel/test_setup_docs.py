@@ -58,7 +58,7 @@ def _run_script(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_console_set_up_prints_the_spans_of_a_run(tmp_path: Path) -> None:
     result = _run_script(tmp_path, _console_setup())
-    for span in ("start __main__:onboarding", "run __main__:onboarding", "step fetch_user"):
+    for span in ("start traced:onboarding", "run traced:onboarding", "step fetch_user"):
         assert f'"name": "{span}"' in result.stdout, result.stdout
     assert "user u1" in result.stdout
 

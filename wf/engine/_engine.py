@@ -250,6 +250,8 @@ class Engine:
         self._crossing_callbacks: list[Callable[[RunRecord], None]] = []
         self._crossed: set[str] = set()
         self._other_code: set[str] = set()
+        self._script_only: set[str] = set()
+        """Workflows of the script being run that no other process imports, said once."""
         """Workflows whose runs of this deployment were started by other code: warned once."""
         self.instruments: list[Instrument] = list(instruments)
         """Registered instruments; the kernel tests ``if engine.instruments`` before calling."""
@@ -522,6 +524,9 @@ class Engine:
             record = _by_name_record(workflow, args, kwargs, run_id, now)
         elif isinstance(workflow, Workflow):
             record = _declared_record(workflow, args, kwargs, run_id, now)
+            if workflow.module == "__main__" and workflow.name not in self._script_only:
+                self._script_only.add(workflow.name)
+                _say_script_only(workflow)
         else:
             raise UsageError(
                 f"wf.start() needs a @wf.workflow, a wf.ref or a 'module:attr' name, got "
@@ -650,6 +655,22 @@ class Engine:
             return await self.store.try_acquire(run_id)
         except Exception:
             return None
+
+
+def _say_script_only(workflow: Workflow[Any, Any]) -> None:
+    """Warn that runs of ``workflow``, declared in the script being run under no module name
+    another process imports, are resumed by nothing but this script."""
+    main = sys.modules.get("__main__")
+    file = getattr(main, "__file__", None)
+    script = os.path.basename(file) if isinstance(file, str) else "the program being run"
+    logging.getLogger("wf").warning(
+        "workflow %r is declared in %s, run as __main__, which no other process can import: "
+        "a run of it this process does not finish is resumed only by this script started "
+        "again (give the file a module path, such as jobs/nightly.py, or move the workflow "
+        "to a module it imports; docs/guide.md#3-starting-runs-from-an-application)",
+        workflow.name,
+        script,
+    )
 
 
 def _same_call(workflow: Workflow[Any, Any] | WorkflowRef[Any], stored: Any, given: Any) -> bool:

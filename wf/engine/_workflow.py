@@ -64,7 +64,11 @@ class Workflow(Generic[P, R]):
         self.fn = fn
         if name is not None:
             check_name("a workflow name", name)  # journal text, a key in every store
-        self.name = name or f"{fn.__module__}:{fn.__qualname__}"
+        self.module = _importable_module(fn)
+        """The module other processes import it from: its own, or for a script run as
+        ``python3 jobs/x.py`` (``__main__``) the script's module name (``jobs.x``) when it
+        has one, else ``__main__`` (which no other process imports: ``target`` is None)."""
+        self.name = name or f"{self.module}:{fn.__qualname__}"
         self.signature = inspect.signature(fn)
         self.options = options or QueueOptions()
         self.run_options: RunOptions | None = None
@@ -88,7 +92,7 @@ class Workflow(Generic[P, R]):
     @property
     def target(self) -> str | None:
         """How another process imports this workflow (``module:qualname``), if it can."""
-        module, qualname = self.fn.__module__, self.fn.__qualname__
+        module, qualname = self.module, self.fn.__qualname__
         if module == "__main__" or "<locals>" in qualname:
             return None
         return f"{module}:{qualname}"
@@ -104,6 +108,17 @@ class Workflow(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<wf.workflow {self.name}>"
+
+
+def _importable_module(fn: Callable[..., Any]) -> str:
+    """``fn``'s module, or for a function of the script being run, the name that script is
+    imported by elsewhere (``wf._loader.script_module``) when it has one."""
+    module = str(getattr(fn, "__module__", None) or "__main__")
+    if module != "__main__":
+        return module
+    from wf._loader import script_module
+
+    return script_module(fn) or module
 
 
 def _seconds_kept(retention: Retention) -> float | None:
@@ -157,7 +172,11 @@ def workflow(
     """Declare a workflow (an ``async def``); bare or with options.
 
     ``name`` defaults to ``module:qualname`` and is what the store records, so renaming the
-    function of a workflow with runs in flight needs ``name=`` to keep the old name.
+    function of a workflow with runs in flight needs ``name=`` to keep the old name. (In a
+    script run as ``python3 jobs/x.py`` the module is the one other processes import it by,
+    ``jobs.x``, when the file has one.) A name is one function's: declaring another function
+    under a name declared already raises ``wf.UsageError`` naming both; the same function
+    declared again (its module imported again) replaces the old declaration.
 
     Queue options (``docs/queues.md``): ``max_attempts`` run-level attempts, ``backoff``
     (attempt -> seconds, default ``wf.exp_backoff()``), ``priority`` (0 .. 2**21-1, higher
