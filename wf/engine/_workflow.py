@@ -330,7 +330,8 @@ def _same_definition(earlier: Callable[..., Any], later: Callable[..., Any]) -> 
         return _gone(earlier)
     if getattr(earlier, "__module__", None) == getattr(later, "__module__", None):
         return True
-    return _source(earlier)[0] == _source(later)[0] or _gone(earlier)
+    file = _source(earlier)[0]
+    return (file is not None and file == _source(later)[0]) or _gone(earlier)
 
 
 def _gone(fn: Callable[..., Any]) -> bool:
