@@ -136,16 +136,19 @@ async def _control(run_id: str, action: str, wait: bool, children: bool) -> int:
     """
     from wf._config import deployment_setting
     from wf.admin import connect
+    from wf.cli._stdout import stdout_to_stderr
     from wf.cli._store import say_crossing
 
-    async with connect(on_crossing=say_crossing(deployment_setting())) as client:
-        if wait:
-            await say_who_drives(client, run_id)
-        if action == "cancel":
-            results = await client.cancel(run_id, wait=wait, children=children)
-            return _report(results, wait, "cancellation", cancel=True)
-        result = await client.wake(run_id, wait=wait)
-        return _report([result], wait, "wake-up", cancel=False)
+    # The run may be driven here, importing its workflow: what that code prints goes to stderr.
+    with stdout_to_stderr():
+        async with connect(on_crossing=say_crossing(deployment_setting())) as client:
+            if wait:
+                await say_who_drives(client, run_id)
+            if action == "cancel":
+                results = await client.cancel(run_id, wait=wait, children=children)
+                return _report(results, wait, "cancellation", cancel=True)
+            result = await client.wake(run_id, wait=wait)
+            return _report([result], wait, "wake-up", cancel=False)
 
 
 def _report(results: list[ControlResult], wait: bool, verb: str, *, cancel: bool) -> int:

@@ -159,7 +159,12 @@ def upgrade_command(
         finally:
             await store.close()
 
-    done = asyncio.run(go())
+    from wf.cli._stdout import stdout_to_stderr
+
+    # The runs' workflows are imported to replay them: what their modules print is not the
+    # result.
+    with stdout_to_stderr():
+        done = asyncio.run(go())
     if done.warning is not None:
         sys.stderr.write(f"warning: {done.warning}\n")
     if as_json:

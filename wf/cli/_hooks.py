@@ -119,7 +119,12 @@ def resume_command(
 
     # -d meant --data here but --detach in `wf run`.
     payload = read_data(merged(data, old_data, "wf hook resume -d", "wf hook resume --data"))
-    run_id, record, problem, refusal = asyncio.run(_resume(token, payload, wait, key))
+    from wf.cli._stdout import stdout_to_stderr
+
+    # The run may be driven here, importing its workflow: what that code prints goes to
+    # stderr, stdout carries the run id only.
+    with stdout_to_stderr():
+        run_id, record, problem, refusal = asyncio.run(_resume(token, payload, wait, key))
     sys.stdout.write(run_id + "\n")
     sys.stdout.flush()
     if problem is not None:

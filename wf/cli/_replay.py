@@ -88,7 +88,11 @@ def replay_command(
         finally:
             await store.close()
 
-    reports, skipped = asyncio.run(go())
+    from wf.cli._stdout import stdout_to_stderr
+
+    # The runs' workflows are imported: what their modules print is not the report.
+    with stdout_to_stderr():
+        reports, skipped = asyncio.run(go())
     if skipped:
         from wf.admin._words import visible
 

@@ -146,8 +146,12 @@ def run_command(
             target, data, run_id, options, detach=detach, as_json=as_json, quiet=quiet
         )
         exit_with(asyncio.run(remote))
-    workflow, canonical = admin.workflow_at(target)
-    request = admin.run_request(workflow, data, options=options, target=canonical)
+    from wf.cli._stdout import stdout_to_stderr
+
+    # Importing the target runs the module's code: what it prints is not the result either.
+    with stdout_to_stderr():
+        workflow, canonical = admin.workflow_at(target)
+        request = admin.run_request(workflow, data, options=options, target=canonical)
     code = asyncio.run(
         _start_and_wait(
             request,

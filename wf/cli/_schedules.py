@@ -135,9 +135,12 @@ def set_command(
 
 async def _set(schedule_id: str, target: str, **options: Any) -> Schedule:
     from wf.admin import connect
+    from wf.cli._stdout import stdout_to_stderr
 
-    async with connect() as client:
-        return await client.set_schedule(schedule_id, target, **options)
+    # The target is imported to check it: what its module prints is not the result.
+    with stdout_to_stderr():
+        async with connect() as client:
+            return await client.set_schedule(schedule_id, target, **options)
 
 
 @guarded
