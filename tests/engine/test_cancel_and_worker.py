@@ -717,3 +717,44 @@ async def test_a_run_started_beside_a_full_worker_waits_for_a_place(
     await asyncio.wait_for(serving, 60)
     assert [await first.result(), await second.result()] == [1, 2]
     assert IN_FLIGHT["peak"] == 1
+
+
+step_began = threading.Event()
+step_may_end = threading.Event()
+
+
+@wf.step
+def held_step() -> str:
+    step_began.set()
+    step_may_end.wait(30)  # released by the test; the bound only keeps a broken test finite
+    return "done"
+
+
+@wf.workflow
+async def held() -> str:
+    return await held_step()
+
+
+async def test_a_cancel_taken_in_is_in_the_stored_record_while_a_step_runs(
+    wf_engine: Engine,
+) -> None:
+    """The listings read records: a request the driver took in (its event journaled, its
+    inbox message acknowledged) is in the stored record at once, not at the record's next
+    save, which a long sync step puts off (`wf runs` and `wf inspect` then agree)."""
+    step_began.clear()
+    step_may_end.clear()
+    run = await wf.start(held)
+    try:
+        while not step_began.is_set():
+            await asyncio.sleep(0.01)
+        await run.cancel(wait=False)
+        while not any(
+            e["type"] == "cancel_requested" for e in await wf_engine.store.read_journal(run.id)
+        ):
+            await asyncio.sleep(0.01)
+        assert not await wf_engine.store.read_inbox(run.id)
+        assert (await wf_engine.store.get_run(run.id)).cancel_requested
+    finally:
+        step_may_end.set()
+    with pytest.raises(wf.RunCancelled):
+        await run.result()

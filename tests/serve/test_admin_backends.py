@@ -876,3 +876,18 @@ async def test_a_fault_tried_again_later_says_so_from_both_backends(
     [fault] = page.damaged
     assert (fault.item, fault.again) == (ids[1], True)
     assert await http.list_runs(limit=10) == page
+
+
+async def test_the_listing_tells_a_cancel_no_driver_took_in_yet_as_the_detail_does(
+    live: Api, both: tuple[admin.Admin, admin.Admin]
+) -> None:
+    local = both[0]
+    live.engine.may_drive = False  # the request stays in the run's inbox
+    asked = await local.start("tests.serve.flows:sleeper", [3600])
+    other = await local.start("tests.serve.flows:sleeper", [3600])
+    await local.cancel(asked)
+    for backend in both:
+        listed = {r.id: r.cancel_requested for r in (await backend.list_runs()).runs}
+        assert listed == {asked: True, other: False}
+        assert (await backend.run_detail(asked)).cancel_requested
+        assert not (await backend.run_detail(other)).cancel_requested

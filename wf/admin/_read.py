@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -172,11 +173,39 @@ async def list_runs(
         page = await _page(store, search, filters, limit, before)
         if before is not None and not page.runs:
             await _check_cursor(store, before)
+        page = await _pending_cancels(store, page)
     if not damaged:
         return page
     # A run that cannot be read, or a stray entry of the index the listing walked past.
     listed = [f for f in damaged if f.kind in ("run", "index entry")]
     return dataclasses.replace(page, damaged=listed)
+
+
+async def _pending_cancels(store: Store, page: RunPage) -> RunPage:
+    """Mark the listed runs asked to stop whose request no driver has taken in yet (it waits
+    in the run's inbox), as the detail does (``RunDetail.cancel_requested``): one inbox read
+    for each unfinished run of the page not marked already, none for the others. A request
+    taken in is in the record from then on (``wf.engine._inbox``)."""
+    runs = list(page.runs)
+    unmarked = [
+        (i, record)
+        for i, record in enumerate(runs)
+        if not record.cancel_requested and not record.status.is_terminal
+    ]
+    if not unmarked:
+        return page
+
+    async def asked(record: RunRecord) -> bool:
+        try:
+            return any(m.kind == "cancel" for m in await store.read_inbox(record.id))
+        except (RunNotFound, StoreCorrupted):
+            return False  # deleted since, or an inbox that cannot be read: the record's word
+
+    found = await asyncio.gather(*(asked(record) for _, record in unmarked))
+    for (i, record), yes in zip(unmarked, found, strict=True):
+        if yes:
+            runs[i] = dataclasses.replace(record, cancel_requested=True)
+    return dataclasses.replace(page, runs=runs)
 
 
 async def _check_cursor(store: Store, before: str) -> None:

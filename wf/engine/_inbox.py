@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from wf._exceptions import LeaseLost, StoreCorrupted, StoreError, StoreVersionError
 from wf.engine._instruments import message as _instrument_message
-from wf.store import InboxMessage
+from wf.store import InboxMessage, RunStatus
 
 if TYPE_CHECKING:
     from wf.engine._context import RunContext
@@ -45,8 +45,15 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
         if ctx.observers:
             _instrument_message(ctx.observers, message)
         if message.kind == "cancel":
+            ctx.record.cancel_requested = True
+            if ctx.record.status is RunStatus.RUNNING and not ctx.closed:
+                # In the stored record by the time the message leaves the inbox: listings
+                # read records (``wf runs``), and the run's next save may be a long sync step
+                # away. Carried by the event's write where the store can, else saved first.
+                if not ctx.lease.save_soon(ctx.record.copy()):
+                    await ctx.lease.save(ctx.record)
+            # (A run not running yet has it saved by its drive's start, just after.)
             await ctx.write(ctx.event("cancel_requested", message=message.id))
-            ctx.record.cancel_requested = True  # saved with the record's next save
             ctx.fire()
         elif message.kind == "wake":
             ctx.wake_marks.append(await ctx.write(ctx.event("wake_requested", message=message.id)))

@@ -108,6 +108,8 @@ class RunRecord:
     """A short hash of the workflow's source file when the run was created (informative)."""
     resumes: int = 0
     cancel_requested: bool = False
+    """Set when the run's driver takes a cancellation in (saved at once); a request still in
+    the inbox is not in the record: ``wf.admin``'s listings and details say both."""
     priority: int = 0
     """0 .. 2**21-1, higher first; FIFO within one priority (see ``docs/queues.md``)."""
     group: str | None = None
