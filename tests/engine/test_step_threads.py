@@ -71,6 +71,7 @@ async def test_a_sync_step_waiting_for_a_thread_is_said_and_does_not_begin(
     wf_engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
     engine = Engine(wf_engine.store, wf_engine.clock, step_threads=1)
+    engine.step_pool().warn_after = 0.0  # said at once (1 s by default)
     first = await wf.start(hold, "first", detach=True)
     second = await wf.start(hold, "second", detach=True)
     with caplog.at_level(logging.WARNING, logger="wf.worker"):
@@ -78,17 +79,69 @@ async def test_a_sync_step_waiting_for_a_thread_is_said_and_does_not_begin(
         try:
             await _until(1)
             async with asyncio.timeout(5):
-                while not any("waits for a free thread" in r.message for r in caplog.records):
+                while not any("for a free thread" in r.message for r in caplog.records):
                     await asyncio.sleep(0.01)
             assert len(ENTERED) == 1  # one thread: the other step's code has not begun
         finally:
             RELEASE.set()
         async with asyncio.timeout(10):
             await asyncio.gather(*drives)
-    said = [r.message for r in caplog.records if "waits for a free thread" in r.message]
+    said = [r.message for r in caplog.records if "for a free thread" in r.message]
     assert len(said) == 1
     assert "step 'held' of run" in said[0] and "all 1 step threads are busy" in said[0]
+    assert "has waited 0s for a free thread" in said[0]
     assert sorted(ENTERED) == ["first", "second"]
+
+
+@wf.step
+def square(x: int) -> int:
+    return x * x
+
+
+@wf.workflow
+async def many_squares(count: int) -> int:
+    return sum(await wf.map(square, range(count)))
+
+
+async def test_instant_sync_steps_queued_for_a_moment_are_not_said(
+    wf_engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    # 300 instant steps on 2 threads queue, each for far less than a second: the pool
+    # working as it should, no misconfiguration to warn of.
+    engine = Engine(wf_engine.store, wf_engine.clock, step_threads=2)
+    run = await wf.start(many_squares, 300, detach=True)
+    with caplog.at_level(logging.WARNING, logger="wf.worker"):
+        async with asyncio.timeout(30):
+            await engine.drive_soon(run.id)
+    assert await run.result() == sum(x * x for x in range(300))
+    assert not [r.message for r in caplog.records if "free thread" in r.message]
+
+
+async def test_a_pool_too_small_says_so_at_most_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from wf.engine._threads import StepThreads
+
+    now = [1000.0]
+    pool = StepThreads(1, warn_after=0.0, clock=lambda: now[0])
+    gate = threading.Event()
+    try:
+        with caplog.at_level(logging.WARNING, logger="wf.worker"):
+            calls = [pool.run(lambda: gate.wait(10), "step 'held' of run r0")]
+            for i in range(1, 4):
+                calls.append(pool.run(lambda: None, f"step 's{i}' of run r{i}"))
+                await asyncio.sleep(0.01)  # the warning's timer (at 0 s) goes off
+                if i == 2:
+                    now[0] += 60.0  # a minute on: the next call waiting is said again
+            said = [r.message for r in caplog.records if "free thread" in r.message]
+            assert len(said) == 2, said
+            assert said[0].startswith("step 's1' of run r1 has waited")
+            assert said[1].startswith("step 's3' of run r3 has waited")
+    finally:
+        gate.set()
+    async with asyncio.timeout(10):
+        await asyncio.gather(*calls)
+    pool.shutdown()
 
 
 async def test_step_threads_bounds_a_worker_too(wf_engine: Engine) -> None:

@@ -14,6 +14,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,21 +26,43 @@ def default_size() -> int:
     return min(32, (os.cpu_count() or 1) + 4)
 
 
+WAIT_WARN = 1.0
+"""Seconds a sync step may wait for a free thread before the process says so: a short queue
+behind instant steps (a ``wf.map`` over hundreds of them) is the pool working, not a
+misconfiguration."""
+
+WARN_EVERY = 60.0
+"""Seconds between two such warnings of one pool at most: a pool too small for its load says
+so once a minute, not once per step."""
+
+
 class StepThreads:
     """A thread pool of ``size`` threads, created lazily, that counts the calls it holds and
-    says when one has to wait for a free thread."""
+    says when one has waited ``warn_after`` seconds for a free thread (at most once every
+    ``warn_every`` seconds of ``clock``)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        warn_after: float = WAIT_WARN,
+        warn_every: float = WARN_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.size = size
+        self.warn_after = warn_after
+        self.warn_every = warn_every
+        self._clock = clock
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self.busy = 0
         """Calls submitted and not ended (running, or queued for a thread)."""
-        self._full = False
+        self._said_at: float | None = None
 
     def run(self, fn: Callable[[], Any], what: str) -> asyncio.Future[Any]:
         """Run ``fn`` in a thread of the pool, from the event loop; ``what`` (a step and its
-        run) is named in the warning given when every thread is busy and ``fn`` must wait."""
+        run) is named in the warning given when ``fn`` is still waiting for a free thread
+        ``warn_after`` seconds on."""
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(
                 self.size, thread_name_prefix="wf-step"
@@ -47,24 +70,46 @@ class StepThreads:
         with self._lock:
             self.busy += 1
             waits = self.busy > self.size
-            said, self._full = self._full, waits
-        if waits and not said:
-            log.warning(
-                "%s waits for a free thread: all %d step threads are busy with sync steps "
-                "(its step_started is written, its code has not begun; raise step_threads or "
-                "the worker's concurrency, or make long sync steps poll wf.cancel_requested())",
-                what,
-                self.size,
-            )
-        future = self._pool.submit(fn)
-        future.add_done_callback(self._ended)  # also when cancelled before it ran
+        if not waits:
+            future = self._pool.submit(fn)
+            future.add_done_callback(self._ended)  # also when cancelled before it ran
+            return asyncio.wrap_future(future)
+        began = threading.Event()
+
+        def call() -> Any:
+            began.set()
+            return fn()
+
+        timer = asyncio.get_running_loop().call_later(
+            self.warn_after, self._still_waiting, began, what
+        )
+        future = self._pool.submit(call)
+        future.add_done_callback(self._ended)
+        future.add_done_callback(lambda _: timer.cancel())
         return asyncio.wrap_future(future)
+
+    def _still_waiting(self, began: threading.Event, what: str) -> None:
+        """``warn_after`` seconds after a call had to queue: warn if its code has not begun."""
+        if began.is_set():
+            return
+        now = self._clock()
+        if self._said_at is not None and now - self._said_at < self.warn_every:
+            return
+        self._said_at = now
+        log.warning(
+            "%s has waited %gs for a free thread: all %d step threads are busy with sync steps, "
+            "%d more call(s) queued (its step_started is written, its code has not begun; "
+            "raise step_threads or the worker's concurrency, or make long sync steps poll "
+            "wf.cancel_requested())",
+            what,
+            self.warn_after,
+            self.size,
+            max(0, self.busy - self.size),
+        )
 
     def _ended(self, _future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self.busy -= 1
-            if self.busy < self.size:
-                self._full = False
 
     def shutdown(self) -> None:
         """Take no more calls; calls running or queued go on (threads cannot be stopped)."""
