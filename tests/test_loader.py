@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wf._loader import shadowing, stdlib_hint
+from wf._loader import shadowing, split_target, stdlib_hint
 
 # A standard module this process has not imported: a project file of its name is what an
 # import of it gets.
@@ -78,3 +78,24 @@ def test_an_entry_of_sys_modules_that_is_no_module_gets_no_hint(
     monkeypatch.setitem(sys.modules, "wf_odd_probe", object())
     exc = ModuleNotFoundError("No module named 'wf_odd_probe.sub'", name="wf_odd_probe.sub")
     assert stdlib_hint(exc) == ""
+
+
+@pytest.mark.parametrize(
+    ("target", "parts"),
+    [
+        ("shop.flows:order", ("shop.flows", "order")),
+        ("flows.py:Order.run", ("flows.py", "Order.run")),
+        ("C:\\shop\\flows.py:order", ("C:\\shop\\flows.py", "order")),  # a drive's colon
+        ("c:/shop/flows.py:order", ("c:/shop/flows.py", "order")),
+    ],
+)
+def test_a_target_splits_at_its_one_colon(target: str, parts: tuple[str, str]) -> None:
+    assert split_target(target) == parts
+
+
+@pytest.mark.parametrize("target", ["flows.py:buy:extra", "a:b:c", "C:\\x.py:a:b", "flows:buy:"])
+def test_a_target_with_a_colon_too_many_says_so(target: str) -> None:
+    import wf
+
+    with pytest.raises(wf.UsageError, match="one colon too many"):
+        split_target(target)

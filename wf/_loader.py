@@ -106,7 +106,18 @@ def ensure_project_on_path() -> None:
 
 
 def split_target(target: str) -> tuple[str, str]:
-    """Split ``module:attr`` into its two parts; a missing ``:attr`` is an error."""
+    """Split ``module:attr`` into its two parts; a missing ``:attr`` is an error, and so is a
+    colon more (but a Windows drive's: ``C:\\shop\\flows.py:order``)."""
+    windows = target[1:2] == ":" and target[:1].isalpha() and target[2:3] in ("\\", "/")
+    drive = target[:2] if windows else ""
+    rest = target[len(drive) :]
+    if rest.count(":") > 1:
+        module, _, extra = rest.partition(":")
+        raise LoadError(
+            f"invalid target {target!r}: one colon too many: {drive + module!r} is the module, "
+            f"{extra!r} is no attribute (a target has one colon, before the attribute; an "
+            "attribute's attribute takes a dot: 'module:Class.method')"
+        )
     module, sep, attr = target.rpartition(":")
     if not sep or not module or not attr:
         raise LoadError(

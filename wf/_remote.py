@@ -379,7 +379,9 @@ class RemoteClient:
         with self.reading(what):
             found = answer[key]
             if not isinstance(found, str):
-                raise TypeError(f"{key} is a {type(found).__name__}, not a string")
+                from wf.store._limits import with_article
+
+                raise TypeError(f"{key} is {with_article(type(found).__name__)}, not a string")
             return found
 
     def run(self, run_id: str) -> RemoteRun:

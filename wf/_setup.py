@@ -146,14 +146,16 @@ def _check_store(store: object) -> None:
         return
     from wf._exceptions import UsageError
 
-    kind = type(store).__name__
+    from wf.store._limits import with_article
+
+    kind = with_article(type(store).__name__)
     if isinstance(store, str | os.PathLike):
         raise UsageError(
-            f"wf.configure(store=...) takes a wf.store.Store, not a {kind}: pass "
+            f"wf.configure(store=...) takes a wf.store.Store, not {kind}: pass "
             "postgres_dsn='postgresql://...' or redis_url='redis://...' for a server store, "
             "dir=... for the local store's directory"
         )
-    raise UsageError(f"wf.configure(store=...) takes a wf.store.Store, not a {kind}")
+    raise UsageError(f"wf.configure(store=...) takes a wf.store.Store, not {kind}")
 
 
 def remote() -> RemoteClient | None:

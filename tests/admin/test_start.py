@@ -36,6 +36,25 @@ def test_a_target_that_is_no_workflow_says_which_workflows_there_are() -> None:
     assert "add" in message  # the module's workflows, for a mistyped name
 
 
+NUMBER = 3
+ENTRY = {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("attr", "said"), [("NUMBER", "is an int, not a workflow"), ("ENTRY", "is a dict, not")]
+)
+def test_a_target_that_is_no_workflow_names_its_type_with_the_right_article(
+    attr: str, said: str
+) -> None:
+    with pytest.raises(wf.UsageError, match=said):
+        admin.workflow_at(f"tests.admin.test_start:{attr}")
+
+
+def test_wf_configure_names_what_is_no_store_with_the_right_article() -> None:
+    with pytest.raises(wf.UsageError, match=r"takes a wf.store.Store, not an int$"):
+        wf.configure(store=3)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("given", "expected"),
     [

@@ -32,6 +32,12 @@ BAD_USAGE = [
     pytest.param(["missing/file.py:adder"], "no such file", id="no-path"),
     pytest.param(["tests.cli.flows:nope"], "has no attribute 'nope'", id="no-attr"),
     pytest.param(["tests.cli.flows"], "name the workflow after a colon", id="no-colon"),
+    pytest.param(
+        ["tests/cli/flows.py:adder:extra"],
+        "one colon too many: 'tests/cli/flows.py' is the module, 'adder:extra' is no attribute",
+        id="two-colons",
+    ),
+    pytest.param(["tests.cli.flows:adder:"], "one colon too many", id="trailing-colon"),
     pytest.param(["no_such_module"], "expected 'module:attribute'", id="no-colon-no-module"),
     pytest.param(
         ["tests.cli.flows:adder", "--input", "world"],

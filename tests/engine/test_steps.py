@@ -706,6 +706,17 @@ def test_a_step_backoff_that_is_no_finite_number_of_seconds_is_refused_at_declar
         wf.step(lambda: 1, name="one", **{keyword: value})
 
 
+@pytest.mark.parametrize("value", ["3", 2.5, True, -1, None])
+def test_a_step_max_retries_that_is_no_count_is_refused_naming_the_option(value: Any) -> None:
+    """A string once reached a raw comparison: TypeError: '<' not supported ..."""
+    for declare in (
+        lambda: wf.step(max_retries=value),
+        lambda: wf.step(lambda: 1, name="one", max_retries=value),
+    ):
+        with pytest.raises(wf.UsageError, match=r"wf.step\(\) max_retries must be an integer"):
+            declare()
+
+
 def test_a_step_backoff_of_zero_is_no_wait() -> None:
     zero = wf.step(lambda: 1, name="zero", backoff=0, max_backoff=0, backoff_factor=0)
     assert zero.retry_delay(3) == 0.0

@@ -38,8 +38,10 @@ def workflow_at(target: str) -> tuple[Workflow[Any, Any], str]:
         _, attr = split_target(target)
         module = sys.modules.get(getattr(found, "__module__", "") or "")
         listing = workflows_hint(module, attr) if module is not None else ""
+        from wf.store._limits import with_article
+
         raise UsageError(
-            f"{target!r} is a {type(found).__name__}, not a workflow "
+            f"{target!r} is {with_article(type(found).__name__)}, not a workflow "
             f"(declare it with @wf.workflow){listing}"
         )
     return found, canonical_target(target, found)

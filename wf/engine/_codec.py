@@ -322,8 +322,10 @@ def _resolve(ref: str, kind: str, check: Callable[[Any], bool]) -> Any:
             f"{qualname!r} (was it renamed or removed?)"
         ) from None
     if not check(obj):
+        from wf.store._limits import with_article
+
         raise ValueEncodingError(
-            f"cannot decode a stored {kind} of type {ref}: {ref} is no longer a {kind} class"
+            f"cannot decode a stored {kind} of type {ref}: {ref} is no longer {with_article(kind)} class"
         )
     return obj
 

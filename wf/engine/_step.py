@@ -75,8 +75,7 @@ class Step(Generic[P, R]):
         backoff_factor: float = 2.0,
         max_backoff: float = 30.0,
     ) -> None:
-        if max_retries < 0:
-            raise UsageError("max_retries must be >= 0")
+        max_retries = _retries(max_retries)
         if name is None and getattr(fn, "__name__", None) == "<lambda>":
             # Every lambda is named '<lambda>', and a run's journal finds a step by its name:
             # two lambda steps would replay each other's results.
@@ -121,6 +120,13 @@ class Step(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<wf.step {self.name}>"
+
+
+def _retries(value: Any) -> int:
+    """A step's ``max_retries``: an integer, 0 or more, else a ``wf.UsageError`` naming it."""
+    from wf.engine._queueing import positive_int
+
+    return positive_int("wf.step() max_retries", value, minimum=0)
 
 
 def _backoffs(backoff: Any, factor: Any, ceiling: Any) -> tuple[float, float, float]:
@@ -173,7 +179,8 @@ def step(
 ) -> Any:
     """Declare a step: a sync function (run in a thread) or an async one (run on the loop).
 
-    A failing step is retried up to ``max_retries`` times after the first attempt, waiting an
+    A failing step is retried up to ``max_retries`` times (an integer, 0 or more, else a
+    ``wf.UsageError`` here) after the first attempt, waiting an
     exponential backoff with full jitter (``backoff`` seconds, times ``backoff_factor`` per
     attempt, at most ``max_backoff``; each a finite number, 0 or more, else a
     ``wf.UsageError`` here). ``wf.FatalError`` fails it at once, and so does a
@@ -188,7 +195,8 @@ def step(
     refuse_unknown_keywords(
         "wf.step()", unknown, ("name", "max_retries", "backoff", "backoff_factor", "max_backoff")
     )
-    _backoffs(backoff, backoff_factor, max_backoff)  # refused here, not at the decorated def
+    _retries(max_retries)  # refused here, not at the decorated def
+    _backoffs(backoff, backoff_factor, max_backoff)
 
     def declare(f: Callable[P, Any]) -> Step[P, Any]:
         return Step(

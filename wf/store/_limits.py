@@ -42,6 +42,17 @@ def shown(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def with_article(noun: str) -> str:
+    """``noun`` after its indefinite article, as a message reads it: ``an int``, ``a str``,
+    ``an enum``, ``a UUID``, ``a union`` (by the first letters: a message names types)."""
+    first = noun[:1]
+    if first in "aeioAEIO" and first:
+        return f"an {noun}"
+    if first == "u" and not noun.startswith(("uni", "use", "usa", "usu", "uti", "ure")):
+        return f"an {noun}"
+    return f"a {noun}"
+
+
 def check_name(what: str, value: object) -> str:
     """``value`` if it may be a name (``what`` says which kind), else ``UsageError``.
 
