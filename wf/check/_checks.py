@@ -12,7 +12,13 @@ from contextlib import contextmanager
 
 from wf.check._config import suppressed
 from wf.check._index import ModuleIndex, Scope
-from wf.check._infer import is_hash_ordered_set, is_loop, is_module_generator, is_path
+from wf.check._infer import (
+    hashes_alike,
+    is_hash_ordered_set,
+    is_loop,
+    is_module_generator,
+    is_path,
+)
 from wf.check._model import Finding
 from wf.check._resolve import Project, binding_scope, resolve_expr, resolve_name
 from wf.check._rules import (
@@ -355,7 +361,7 @@ def _check_call(
     if qualname is not None:
         if qualname == "wf" or qualname.startswith("wf."):
             return  # wf's own API is the deterministic replacement
-        rule = _call_rule(qualname, call)
+        rule = _call_rule(qualname, call, scope)
         if rule is not None:
             message = rule.message.format(name=spell(func)) + context
             sink.add(module, call, rule.code, message, rule.hint)
@@ -401,12 +407,12 @@ def _check_call(
 _SET_TAIL = "; which one follows string hashes, which differ between processes"
 
 
-def _call_rule(qualname: str, call: ast.Call) -> CallRule | None:
+def _call_rule(qualname: str, call: ast.Call, scope: Scope) -> CallRule | None:
     rule = lookup_call(qualname)
     if rule is not None:
         if qualname == "asyncio.sleep" and _literal_zero(call):
             return None  # `await asyncio.sleep(0)` only yields to the loop; nothing to record
-        if qualname == "builtins.hash" and _number(call):
+        if qualname == "builtins.hash" and _number(call, scope):
             return None  # numbers (and tuples of them) hash alike in every process
         if qualname in SEEDABLE and _seeded(call):
             return None  # a private generator with a seed replays exactly
@@ -416,17 +422,10 @@ def _call_rule(qualname: str, call: ast.Call) -> CallRule | None:
     return None
 
 
-def _number(call: ast.Call) -> bool:
-    return len(call.args) == 1 and not call.keywords and _numbers(call.args[0])
-
-
-def _numbers(expr: ast.expr) -> bool:
-    """A literal number (``-1`` too) or a literal tuple of them: hashed alike everywhere."""
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub | ast.UAdd):
-        expr = expr.operand
-    if isinstance(expr, ast.Tuple):
-        return all(_numbers(item) for item in expr.elts)
-    return isinstance(expr, ast.Constant) and type(expr.value) in (int, float, bool)
+def _number(call: ast.Call, scope: Scope) -> bool:
+    """``hash()`` of an int, float or bool, or of a tuple of them (literals, or names surely
+    of those types): hashed alike everywhere."""
+    return len(call.args) == 1 and not call.keywords and hashes_alike(call.args[0], scope)
 
 
 def _seeded(call: ast.Call) -> bool:

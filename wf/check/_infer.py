@@ -65,6 +65,67 @@ def _numbers_only(expr: ast.expr, scope: Scope, depth: int) -> bool:
     return False
 
 
+_NUMBER_TYPES = frozenset(
+    {"int", "float", "bool", "builtins.int", "builtins.float", "builtins.bool"}
+)
+_NUMBER_CALLS = frozenset({"builtins.int", "builtins.float", "builtins.bool", "builtins.len"})
+_TUPLE_TYPES = frozenset({"tuple", "Tuple", "builtins.tuple", "typing.Tuple"})
+_ARITHMETIC = (
+    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
+    ast.LShift, ast.RShift, ast.BitOr, ast.BitAnd, ast.BitXor,
+)  # fmt: skip
+
+
+def hashes_alike(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:
+    """Whether ``hash(expr)`` is surely the same in every process: an int, float or bool (a
+    literal, a name every assignment or annotation of which says so, ``len()``, ``int()``,
+    arithmetic on them) or a tuple of such. Strings and bytes hash differently per process,
+    plain objects (``None`` before Python 3.12) by their address: anything else is no."""
+    if depth > _MAX_DEPTH:
+        return False
+    if isinstance(expr, ast.Constant):
+        return type(expr.value) in (int, float, bool)
+    if isinstance(expr, ast.Tuple):
+        return all(hashes_alike(item, scope, depth + 1) for item in expr.elts)
+    if isinstance(expr, ast.UnaryOp):
+        # `not x` is a bool whatever x is.
+        return isinstance(expr.op, ast.Not) or hashes_alike(expr.operand, scope, depth + 1)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, _ARITHMETIC):
+        # Both sides numbers (`s + s` of strings is a string, `s % n` formats one).
+        return hashes_alike(expr.left, scope, depth + 1) and _number_like(
+            expr.right, scope, depth + 1
+        )
+    if isinstance(expr, ast.Call):
+        return resolve_expr(expr.func, scope) in _NUMBER_CALLS
+    if isinstance(expr, ast.Name):
+        return _name_is(expr.id, scope, depth, hashes_alike, _hashes_alike_annotation)
+    return False
+
+
+def _number_like(expr: ast.expr, scope: Scope, depth: int) -> bool:
+    return not isinstance(expr, ast.Tuple) and hashes_alike(expr, scope, depth)
+
+
+def _hashes_alike_annotation(annotation: ast.expr, scope: Scope) -> bool:
+    """``int``, ``float``, ``bool``, or a ``tuple[...]`` of them (``tuple[int, ...]`` too)."""
+    if isinstance(annotation, ast.Subscript):
+        if resolve_expr(annotation.value, scope) not in _TUPLE_TYPES and not (
+            isinstance(annotation.value, ast.Name) and annotation.value.id in _TUPLE_TYPES
+        ):
+            return False
+        items = (
+            annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        )
+        return all(
+            (isinstance(item, ast.Constant) and item.value is Ellipsis)
+            or _hashes_alike_annotation(item, scope)
+            for item in items
+        )
+    if isinstance(annotation, ast.Name):
+        return annotation.id in _NUMBER_TYPES
+    return resolve_expr(annotation, scope) in _NUMBER_TYPES
+
+
 def is_loop(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:
     """Whether ``expr`` is surely an asyncio event loop (``asyncio.get_running_loop()``)."""
     if isinstance(expr, ast.Call):
