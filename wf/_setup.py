@@ -145,7 +145,6 @@ def _check_store(store: object) -> None:
     if store is None or isinstance(store, Store):
         return
     from wf._exceptions import UsageError
-
     from wf.store._limits import with_article
 
     kind = with_article(type(store).__name__)

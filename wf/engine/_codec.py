@@ -325,7 +325,8 @@ def _resolve(ref: str, kind: str, check: Callable[[Any], bool]) -> Any:
         from wf.store._limits import with_article
 
         raise ValueEncodingError(
-            f"cannot decode a stored {kind} of type {ref}: {ref} is no longer {with_article(kind)} class"
+            f"cannot decode a stored {kind} of type {ref}: {ref} is no longer "
+            f"{with_article(kind)} class"
         )
     return obj
 

@@ -46,13 +46,13 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
             _instrument_message(ctx.observers, message)
         if message.kind == "cancel":
             ctx.record.cancel_requested = True
-            if ctx.record.status is RunStatus.RUNNING and not ctx.closed:
-                # In the stored record by the time the message leaves the inbox: listings
-                # read records (``wf runs``), and the run's next save may be a long sync step
-                # away. Carried by the event's write where the store can, else saved first.
-                if not ctx.lease.save_soon(ctx.record.copy()):
-                    await ctx.lease.save(ctx.record)
-            # (A run not running yet has it saved by its drive's start, just after.)
+            # In the stored record by the time the message leaves the inbox: listings read
+            # records (``wf runs``), and the run's next save may be a long sync step away.
+            # Carried by the event's write where the store can, else saved first. (A run not
+            # running yet has it saved by its drive's start, just after.)
+            running = ctx.record.status is RunStatus.RUNNING and not ctx.closed
+            if running and not ctx.lease.save_soon(ctx.record.copy()):
+                await ctx.lease.save(ctx.record)
             await ctx.write(ctx.event("cancel_requested", message=message.id))
             ctx.fire()
         elif message.kind == "wake":
