@@ -1329,8 +1329,9 @@ async def test_a_server_refusal_during_a_claim_is_a_store_failure_not_damage(
     prefix: str, error: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The server refusing the claim's write (out of memory: ``maxmemory``, ``noeviction``) is
-    a ``StoreError``, tried again later: no run is noted damaged, and once writes work again
-    the same runs are claimed (they were skipped for good until the worker restarted)."""
+    a ``StoreUnavailable``, which a worker waits out: no run is noted damaged, and once writes
+    work again the same runs are claimed (they were skipped for good until the worker
+    restarted)."""
     from wf.store.redis import _scripts
 
     store = make(prefix)
@@ -1340,7 +1341,7 @@ async def test_a_server_refusal_during_a_claim_is_a_store_failure_not_damage(
         monkeypatch.setattr(_scripts, "CLAIM", refusing(plain, "HINCRBY", error))
         with pytest.raises(StoreError) as failed:
             await asyncio.wait_for(store.claim(1e12, 10), 10)
-        assert not isinstance(failed.value, StoreCorrupted)
+        assert isinstance(failed.value, wf.StoreUnavailable), failed.value
         if error.startswith("OOM"):
             assert "refused the write: out of memory" in str(failed.value)
         else:
@@ -1500,7 +1501,7 @@ def test_a_refusal_is_said_in_one_clear_line_without_redis_pys_wrapping() -> Non
     assert "refused the write: out of memory" in said and OOM in said
     assert "Command #" not in said and "cannot reach" not in said
     said = str(store._failure(redis.exceptions.BusyLoadingError(wrapped + "LOADING loading")))
-    assert said.endswith("failed: LOADING loading"), said
+    assert said.endswith("is loading its data (LOADING loading)"), said
 
 
 async def test_a_server_out_of_memory_still_opens_a_store_and_says_it_refused_writes(

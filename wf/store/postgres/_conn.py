@@ -212,9 +212,13 @@ def failure(what: str, error: psycopg.Error) -> StoreError:
     An ``OperationalError`` is the server not answering for now, not the statement's fault:
     a connection dropped or refused (SQLSTATE classes 08, 53 and 57: a terminated backend,
     ``too many connections``, a server shutting down or starting, an idle-session or statement
-    timeout) or a lock timeout (55P03). It is ``StoreUnavailable``, which a worker tries
-    again; anything else (a missing table, a refused value) is a plain ``StoreError``."""
-    kind = StoreUnavailable if isinstance(error, psycopg.OperationalError) else StoreError
+    timeout) or a lock timeout (55P03); so is a server that refuses writes for now, 25006
+    (``read_only_sql_transaction``: a standby a failover left the address on, a database
+    set ``default_transaction_read_only`` for a while), which passes as a restart does. It
+    is ``StoreUnavailable``, which a worker tries again; anything else (a missing table, a
+    refused value) is a plain ``StoreError``."""
+    passing = isinstance(error, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction)
+    kind = StoreUnavailable if passing else StoreError
     return kind(f"{what}: {one_line(error)}")
 
 

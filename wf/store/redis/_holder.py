@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from wf._exceptions import StoreError
+from wf._exceptions import StoreError, StoreUnavailable
 from wf.store import _forks
 
 if TYPE_CHECKING:
@@ -174,7 +174,11 @@ class Holder:
         try:
             found = await self._store._call("client_list", None, holders)
         except StoreError as error:  # a refusal: leases of dead holders end with their TTL
-            if isinstance(error.__cause__, ResponseError):
+            # Refused for good (a user without the right to CLIENT LIST), not for now (a
+            # server busy or loading: ``StoreUnavailable``), which would end the checks.
+            if isinstance(error.__cause__, ResponseError) and not isinstance(
+                error, StoreUnavailable
+            ):
                 self._can_list = False
                 log.debug("wf redis: CLIENT LIST refused (%s): leases end with their TTL", error)
             return []

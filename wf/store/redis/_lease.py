@@ -298,7 +298,7 @@ class RedisLease(Lease):
             if self._length is None:
                 raise LeaseLost(
                     f"lease on run {self.run_id} cannot write: an earlier write's outcome is "
-                    "unknown (the connection to Redis failed); the run is driven again later"
+                    "unknown (Redis failed or refused it); the run is driven again later"
                 )
             if record is not None and record.seq != self._seq:
                 record = record.copy()

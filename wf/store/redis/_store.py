@@ -24,12 +24,16 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AuthenticationError,
+    BusyLoadingError,
     ConnectionError,
+    MasterDownError,
     NoScriptError,
     OutOfMemoryError,
+    ReadOnlyError,
     RedisError,
     ResponseError,
     TimeoutError,
+    TryAgainError,
 )
 
 from wf._exceptions import (
@@ -356,16 +360,16 @@ class RedisStore(Store):
         """A Redis error as this store reports it: ``StoreCorrupted`` for a value of the wrong
         type or form (``damaged``; ``key``: the key the command was about, when one), which no
         retry mends; ``StoreUnavailable`` for a connection that dropped, was refused or timed
-        out (a worker tries again); ``StoreError`` for anything else."""
+        out, and for the server refusing the command for now (``refused_for_now``: out of
+        memory, a read-only replica, busy or loading): a worker tries again; ``StoreError``
+        for anything else."""
         found = damaged(error)
+        refusal = refused_for_now(error)
         failed: StoreError
         if found is not None:
             failed = StoreCorrupted(found if key is None else f"{key}: {found}")
-        elif isinstance(error, OutOfMemoryError) or "when used memory > 'maxmemory'" in str(error):
-            failed = StoreError(
-                f"Redis at {describe(self.url)} refused the write: out of memory"
-                f" ({_said(error)}); free memory or raise maxmemory (see docs/redis.md)"
-            )
+        elif refusal is not None:
+            failed = StoreUnavailable(f"Redis at {describe(self.url)} {refusal}")
         elif isinstance(error, ConnectionError | TimeoutError | OSError):
             failed = StoreUnavailable(f"Redis at {describe(self.url)} failed: {_said(error)}")
         else:
@@ -481,13 +485,14 @@ class RedisStore(Store):
             # Sent again when the connection fails: a number the lost attempt took is a gap
             # in the sequence, never a repeat.
             return int(await self._call("incr", key))
-        except StoreError as error:
-            if not isinstance(error.__cause__, ResponseError):
-                raise
-            # INCR refuses only a value that is not an integer: damage, which no retry mends.
+        except StoreCorrupted as error:
+            # A value that is not an integer (or a key of another type): damage, which no
+            # retry mends. The server refusing the write (out of memory, a read-only replica)
+            # is no such thing: a ``StoreUnavailable``, raised as it is.
             raise StoreCorrupted(
-                f"{key}: the creation sequence is not a number ({error.__cause__}); set it to"
-                " the highest creation number in the store (`wf store verify` says which)"
+                f"{key}: the creation sequence is not a number ({_said(error.__cause__ or error)});"
+                " set it to the highest creation number in the store (`wf store verify` says"
+                " which)"
             ) from None
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -1275,6 +1280,69 @@ async def detached(coro: Coroutine[Any, Any, T]) -> T:
 _DAMAGE_ERRORS = ("WRONGTYPE", "not an integer", "not a valid float")
 """What Redis says of a value of the wrong type or form (a key a stray write replaced, a
 field that is no number): damage (the scripts' ``caught`` knows the same marks)."""
+
+
+_PASSING = (
+    (
+        OutOfMemoryError,
+        "OOM",
+        "when used memory > 'maxmemory'",
+        "refused the write: out of memory ({}); free memory or raise maxmemory (see docs/redis.md)",
+    ),
+    (
+        ReadOnlyError,
+        "READONLY",
+        "write against a read only replica",
+        "refused the write: it is a read-only replica ({})",
+    ),
+    (
+        None,
+        "BUSY",
+        "Redis is busy running a script",
+        "is busy running another client's script ({})",
+    ),
+    (BusyLoadingError, "LOADING", "Redis is loading the dataset", "is loading its data ({})"),
+    (
+        MasterDownError,
+        "MASTERDOWN",
+        "Link with MASTER is down",
+        "is a replica cut from its primary ({})",
+    ),
+    (
+        None,
+        "MISCONF",
+        "unable to persist to disk",
+        "refused the write: it cannot save to disk ({})",
+    ),
+    (
+        None,
+        "NOREPLICAS",
+        "Not enough good replicas",
+        "refused the write: too few replicas answer ({})",
+    ),
+    (TryAgainError, "TRYAGAIN", "", "refused the command for now ({})"),
+)
+"""The server's refusals of a command for now (its error class in redis-py, or None; the reply's
+code; what the reply says, also within a script's error; the store's words): the server's
+state, not the command's nor a stored value's, which passes (memory freed, a failover over,
+another client's script ended or killed, the data loaded), so a worker waits it out."""
+
+
+def refused_for_now(error: BaseException) -> str | None:
+    """What the store says of ``error`` when it is the server refusing the command for now
+    (``_PASSING``: out of memory, a read-only replica, busy, loading...), else None."""
+    if not isinstance(error, ResponseError | BusyLoadingError):
+        return None
+    text = _said(error)
+    for kind, code, words, said in _PASSING:
+        if (
+            (kind is not None and isinstance(error, kind))
+            or text.startswith(code + " ")
+            or f"-{code} " in text
+            or (words and words in text)
+        ):
+            return said.format(text)
+    return None
 
 
 def damaged(error: BaseException) -> str | None:

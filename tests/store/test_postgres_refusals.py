@@ -1,0 +1,114 @@
+"""``PostgresStore`` when the server refuses writes for a while: it turned read-only (a
+failover to a standby, ``default_transaction_read_only``), SQLSTATE 25006. That is the
+server's passing state, as a dropped connection is: ``wf.StoreUnavailable``, which a worker
+waits out (it exited 3 within seconds: ``PostgreSQL failed to take run leases: cannot
+execute UPDATE in a read-only transaction``, leaving its runs running).
+
+The test works in a database of its own (the setting is a database's), dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg")
+
+import wf  # noqa: E402
+from wf.engine._current import use_engine  # noqa: E402
+from wf.engine._engine import Engine  # noqa: E402
+from wf.store.postgres import PostgresStore  # noqa: E402
+
+pytestmark = pytest.mark.postgres
+
+DSN = os.environ.get("WF_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def admin(sql: str) -> None:
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@pytest.fixture
+def database() -> Iterator[str]:
+    """The DSN of a fresh database of the test's own."""
+    try:
+        with psycopg.connect(DSN, connect_timeout=3):
+            pass
+    except psycopg.Error as error:
+        if os.environ.get("WF_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL not reachable: {error}")
+        pytest.skip(f"PostgreSQL not reachable (set WF_TEST_POSTGRES_DSN): {error}")
+    name = f"wft_ro_{uuid.uuid4().hex[:12]}"
+    admin(f"CREATE DATABASE {name}")
+    info = psycopg.conninfo.conninfo_to_dict(DSN)
+    info["dbname"] = name
+    try:
+        yield psycopg.conninfo.make_conninfo(**info)
+    finally:
+        admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def read_only(dsn: str, on: bool) -> None:
+    """Make the database read-only (or writable again) for every session, as a failover to
+    a standby does: the setting, then its sessions ended so that new ones take it."""
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    setting = "SET" if on else "RESET"
+    setting += " default_transaction_read_only" + (" = on" if on else "")
+    admin(f"ALTER DATABASE {name} {setting}")
+    admin(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    )
+
+
+STEPS_RUN: list[int] = []
+
+
+@wf.step
+async def noted(i: int) -> int:
+    STEPS_RUN.append(i)
+    await asyncio.sleep(0.01)
+    return i
+
+
+@wf.workflow(name="postgres_refusals:steps")
+async def steps(x: int) -> int:
+    for i in range(4):
+        x += await noted(i)
+    return x
+
+
+@pytest.mark.timeout(90)
+async def test_a_worker_waits_out_a_server_that_turned_read_only(
+    database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.02, 0.2))
+    monkeypatch.setattr(_worker, "LEASE_LOST_RETRY", 0.05)
+    store = PostgresStore(database)
+    engine = Engine(store)
+    STEPS_RUN.clear()
+    try:
+        with use_engine(engine):
+            runs = [await wf.start(steps, i * 100, detach=True) for i in range(6)]
+            worker = wf.Worker(engine, poll=0.05, retention=False, concurrency=2)
+            serving = asyncio.create_task(worker.run(until_idle=True))
+            async with asyncio.timeout(20):
+                while not STEPS_RUN:
+                    await asyncio.sleep(0.005)
+            await asyncio.to_thread(read_only, database, True)
+            await asyncio.sleep(1.5)  # looks at the queue refused in a row
+            assert not serving.done(), serving.exception()
+            await asyncio.to_thread(read_only, database, False)
+            await asyncio.wait_for(serving, 60)
+            assert [await run.result() for run in runs] == [i * 100 + 6 for i in range(6)]
+    finally:
+        await store.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert any("read-only transaction" in m for m in said), said  # the refusal was met

@@ -1,0 +1,177 @@
+"""``RedisStore`` when the server refuses commands for a while: out of memory under
+``maxmemory`` (``OOM``), a read-only replica (``READONLY``: a failover), busy running another
+client's long script (``BUSY``), loading its data after a restart (``LOADING``), a replica cut
+from its primary (``MASTERDOWN``). Each is the server's passing refusal, not damage of a run
+nor the end of a worker: ``wf.StoreUnavailable``, which a worker waits out (it exited 3 within
+a second), and no key is named damaged (a refused ``INCR`` of the creation sequence read as a
+sequence that is no number, with the advice to overwrite it).
+
+A proxy between the store and the test's server answers the refused commands with the error
+(``tests.store.refusing_proxy``): the server's configuration, shared by every test, is left
+alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+
+redis = pytest.importorskip("redis")
+
+import wf  # noqa: E402
+from tests.store.helpers import drop_redis_keys  # noqa: E402
+from tests.store.refusing_proxy import RefusingProxy  # noqa: E402
+from wf.engine._current import use_engine  # noqa: E402
+from wf.engine._engine import Engine  # noqa: E402
+from wf.store.conformance import event, record  # noqa: E402
+from wf.store.redis import RedisStore  # noqa: E402
+
+URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+REFUSALS = {
+    "oom": ("OOM command not allowed when used memory > 'maxmemory'.", True),
+    "readonly": ("READONLY You can't write against a read only replica.", True),
+    "busy": (
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+        False,
+    ),
+    "loading": ("LOADING Redis is loading the dataset in memory", False),
+    "masterdown": (
+        "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+        False,
+    ),
+    "misconf": (
+        "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to"
+        " persist to disk.",
+        True,
+    ),
+    "noreplicas": ("NOREPLICAS Not enough good replicas to write.", True),
+}
+"""What Redis answers a command it refuses for now, and whether it refuses only writes."""
+
+
+def reachable() -> str | None:
+    try:
+        client = redis.Redis.from_url(URL, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+        return None
+    except Exception as exc:  # any failure to connect means: skip with the reason
+        return f"Redis not reachable at WF_TEST_REDIS_URL={URL}: {exc}"
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    why = reachable()
+    if why is not None:
+        if os.environ.get("WF_REQUIRE_REDIS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    name = f"wft:{uuid.uuid4().hex[:12]}:"
+    yield name
+    drop_redis_keys(URL, name)
+
+
+@pytest_asyncio.fixture
+async def proxy() -> AsyncIterator[tuple[RefusingProxy, str]]:
+    client = redis.Redis.from_url(URL)
+    kwargs = client.connection_pool.connection_kwargs
+    client.close()
+    found = RefusingProxy(
+        kwargs.get("host", "127.0.0.1"), int(kwargs.get("port", 6379)), int(kwargs.get("db", 0))
+    )
+    url = await found.start()
+    try:
+        yield found, url
+    finally:
+        await found.close()
+
+
+STEPS_RUN: list[int] = []
+
+
+@wf.step
+async def noted(i: int) -> int:
+    STEPS_RUN.append(i)
+    await asyncio.sleep(0.01)
+    return i
+
+
+@wf.workflow(name="redis_refusals:steps")
+async def steps(x: int) -> int:
+    for i in range(4):
+        x += await noted(i)
+    return x
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", sorted(REFUSALS))
+async def test_a_worker_waits_out_a_server_that_refuses_for_a_while(
+    kind: str,
+    prefix: str,
+    proxy: tuple[RefusingProxy, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The refusal comes while the worker drives runs: its looks at the queue and the drives'
+    writes are refused, the worker goes on (it exited 3 within a second, leaving its runs
+    running), and once the server takes them again every run is driven to its end."""
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.02, 0.1))
+    monkeypatch.setattr(_worker, "LEASE_LOST_RETRY", 0.05)
+    refusing, url = proxy
+    error, writes_only = REFUSALS[kind]
+    store = RedisStore(url, prefix=prefix)
+    engine = Engine(store)
+    STEPS_RUN.clear()
+    try:
+        with use_engine(engine):
+            runs = [await wf.start(steps, i * 100, detach=True) for i in range(6)]
+            worker = wf.Worker(engine, poll=0.05, retention=False, concurrency=2)
+            serving = asyncio.create_task(worker.run(until_idle=True))
+            async with asyncio.timeout(20):
+                while not STEPS_RUN:
+                    await asyncio.sleep(0.005)
+            refusing.refuse(error, writes_only=writes_only)
+            async with asyncio.timeout(20):
+                while refusing.refused < 10 and not serving.done():
+                    await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # a few looks at the queue refused in a row
+            assert not serving.done(), serving.exception()
+            refusing.refuse(None)
+            await asyncio.wait_for(serving, 40)
+            assert [await run.result() for run in runs] == [i * 100 + 6 for i in range(6)]
+    finally:
+        await store.close()
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "damaged" not in said and "WFDAMAGE" not in said, said
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["oom", "readonly"])
+async def test_a_creation_refused_is_the_servers_refusal_not_a_damaged_sequence(
+    kind: str, prefix: str, proxy: tuple[RefusingProxy, str]
+) -> None:
+    """``INCR`` of the creation sequence refused (out of memory, a read-only replica) was
+    said as ``…seq: the creation sequence is not a number (…); set it to the highest creation
+    number``: advice to overwrite a key that is fine."""
+    refusing, url = proxy
+    store = RedisStore(url, prefix=prefix)
+    try:
+        await store.create_run(record(), [event("run_started")])  # the store is open
+        refusing.refuse(REFUSALS[kind][0])
+        with pytest.raises(wf.StoreUnavailable) as raised:
+            await store.create_run(record(), [event("run_started")])
+        said = str(raised.value)
+        assert "refused the write" in said, said
+        assert "creation sequence" not in said and "seq" not in said.split("(")[0], said
+        refusing.refuse(None)
+        assert await store.create_run(record(), [event("run_started")])
+    finally:
+        await store.close()
