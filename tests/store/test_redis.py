@@ -1489,6 +1489,63 @@ async def test_verify_repairs_index_entries_that_disagree_with_the_records(prefi
         await store.close()
 
 
+async def test_verify_puts_a_queue_missing_from_the_queues_index_back(prefix: str) -> None:
+    """The queues' index ``qk`` deleted or evicted: no claim finds the queues it listed, so
+    their runs waited for good, and verify said the store was fine. Verify names each queue
+    missing from it and puts it back; the runs are claimed again; then clean."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        runs = [await created(store, id=f"run-{i}") for i in range(3)]
+        [qk] = client.hmget(f"{prefix}r:run-0", "qk")
+        client.delete(f"{prefix}qk")
+        assert await asyncio.wait_for(store.claim(1e12, 10), 10) == []
+        problems = await store.verify()
+        assert problems == [
+            f"{prefix}qk: queue {qk.decode()!r} is missing from it (its runs wait): put back in it"
+        ], problems
+        assert await store.verify() == []
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert sorted(x.run_id for x in leases) == [r.id for r in runs]
+        for x in leases:
+            await x.release()
+    finally:
+        client.close()
+        await store.close()
+
+
+async def test_a_damaged_queue_member_is_named_and_rebuilt_not_dropped(prefix: str) -> None:
+    """A stray write over a run's queue member ``qm``: the claim dropped the run's queue entry
+    without a word, and each verify put the bad member back, which the next claim dropped
+    again; the run never ran. The claim names ``qm`` and keeps the entry; verify names it,
+    rebuilds it from the creation number and the id, and the run is claimed."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        runs = [await created(store, id=f"run-{i}") for i in range(2)]
+        rk = f"{prefix}r:run-1"
+        [qk, qm] = client.hmget(rk, "qk", "qm")
+        client.hset(rk, "qm", "bogus")
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert [x.run_id for x in leases] == [runs[0].id]
+        await leases[0].release()
+        said = [fault.reason for fault in store.faults]
+        assert any(f"field 'qm' of {rk}" in s for s in said), said
+        assert client.zscore(f"{prefix}q:{qk.decode()}", qm) is not None  # its entry kept
+        problems = await store.verify()
+        assert len(problems) == 1, problems
+        assert f"field 'qm' of {rk}" in problems[0] and "'bogus'" in problems[0], problems
+        assert client.hget(rk, "qm") == qm
+        assert await store.verify() == []
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert sorted(x.run_id for x in leases) == [r.id for r in runs]
+        for x in leases:
+            await x.release()
+    finally:
+        client.close()
+        await store.close()
+
+
 # -- what the store says when the server refuses, and of a record without an id ---------------
 
 OOM = "OOM command not allowed when used memory > 'maxmemory'."

@@ -443,6 +443,12 @@ local function take(id, member, key, lk)
   local rk = rkey(id)
   local f = at(rk, 'HMGET', rk, 'grp', 'lane', 'gw', 'qm', 'seq')
   if f[4] ~= member then
+    -- The run's own member (its creation number and id) beside a queue member field that
+    -- says otherwise: that field is damaged (a stray write), named; the entry is kept for
+    -- verify to rebuild the field (dropped, the run never ran).
+    if tonumber(f[5]) and member == string.format('%016d', tonumber(f[5])) .. id then
+      damage("field 'qm' of " .. rk, "not the run's queue member " .. member)
+    end
     -- A member that is no run's (its run deleted or evicted by hand, a stray write): every
     -- write keeps a run's member and its hash together, so it is dropped, not claimed.
     redis.call('ZREM', key, member)
@@ -986,6 +992,30 @@ redis.call('ZADD', P .. 'q:' .. qk, ARGV[4], f[3])
 redis.call('ZADD', P .. 'qk', string.sub(qk, 1, bar - 1), qk)
 redis.call('PUBLISH', P .. 'cq', id)
 return 1
+"""
+
+REPAIR_MEMBER = """
+-- ARGV: P, id, the run's queue member (its creation number, 16 digits, and its id). A run
+-- whose queue member field ``qm`` a stray write damaged: set right, and its queue's entry
+-- under the damaged member (one verify put back) moved to the right one. Returns the damaged
+-- member (false if it was right meanwhile).
+local P, id, member = ARGV[1], ARGV[2], ARGV[3]
+local rk = P .. 'r:' .. id
+local f = redis.pcall('HMGET', rk, 'qm', 'qk')
+if type(f) ~= 'table' or f.err or f[1] == member then return false end
+local old = f[1] or ''
+redis.call('HSET', rk, 'qm', member)
+if f[2] and f[2] ~= '' then
+  local qk = P .. 'q:' .. f[2]
+  if redis.call('TYPE', qk).ok == 'zset' then
+    local score = redis.call('ZSCORE', qk, old)
+    if score then
+      redis.call('ZREM', qk, old)
+      if not redis.call('ZSCORE', qk, member) then redis.call('ZADD', qk, score, member) end
+    end
+  end
+end
+return old
 """
 
 _SCHEDULES = """

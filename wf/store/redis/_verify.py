@@ -4,8 +4,10 @@ that is not a number or is behind the runs it numbered. It changes nothing of th
 puts right (and says so) are the indexes: a member of ``ix:all`` or a status index that is no
 run's, or in a status index not the run's (``wf store info`` counts them), a run missing from
 its status's, workflow's or parent's index (put back), a run whose ``qk`` names a queue it is
-not in (cleared for a finished run; a live one is put back in that queue), and the schedules'
-index of next fires (``snext``) where it disagrees with the schedules. An index of another
+not in (cleared for a finished run; a live one is put back in that queue), a queue of live
+runs missing from the queues' index ``qk``, a run's queue member field ``qm`` that is not its
+own (rebuilt from its creation number and id), and the schedules' index of next fires
+(``snext``) where it disagrees with the schedules. An index of another
 type is named, not changed: it may be someone else's key."""
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ async def verify(store: RedisStore) -> list[str]:
                 with contextlib.suppress(StoreCorrupted):  # named above
                     record = _decode.record(raw, store.run_location(run_id), run_id)
                 queued.append((run_id, _decode.field_name(qk), record, bool(inbox)))
+            if seq is not None and _digits(seq):
+                problems += await _check_member(store, run_id, int(seq))
             for name, value in (("lane", place), ("gw", width), ("seq", seq), ("ep", epoch)):
                 if value and not _digits(_decode.field_name(value)):
                     where = _decode.field_of(store.run_location(run_id), name)
@@ -194,11 +198,34 @@ async def _check_schedule_index(store: RedisStore) -> list[str]:
     ] + failed
 
 
+async def _check_member(store: RedisStore, run_id: str, seq: int) -> list[str]:
+    """A run's queue member field ``qm`` that is not its own (its creation number and id: a
+    stray write): rebuilt (a claim meeting it names it and takes nothing of the run), and
+    its queue's entry under the damaged member moved to the right one."""
+    member = f"{seq:016d}{run_id}"
+    rk = store._key("r:", run_id)
+    try:
+        found = await store._call("hget", rk, "qm")
+    except StoreCorrupted:
+        return []  # the hash of another type: named by the run's own check
+    if found is None or _decode.field_name(found) == member:
+        return []  # a run that has none: written before queue members, or gone meanwhile
+    old = await store._eval(_scripts.REPAIR_MEMBER, run_id, member)
+    if old is None or old is False:
+        return []
+    where = _decode.field_of(store.run_location(run_id), "qm")
+    return [
+        f"{where}: {_decode.field_name(old)!r} is not the run's queue member: set to {member!r}"
+    ]
+
+
 async def _check_queues(
     store: RedisStore, queued: list[tuple[str, str, RunRecord | None, bool]]
 ) -> list[str]:
     """Each run whose ``qk`` names a queue it is not in, put right: a finished run's ``qk``
-    cleared, a live run put back in that queue (when its record can be read: its due time)."""
+    cleared, a live run put back in that queue (when its record can be read: its due time);
+    and each queue of a live run missing from the queues' index ``qk`` (deleted or evicted:
+    no claim finds the queue) put back in it."""
     if not queued:
         return []
     found = await store._pipe(
@@ -212,6 +239,7 @@ async def _check_queues(
         each=True,
     )
     problems = []
+    live: set[str] = set()
     for (run_id, qk, record, messages), score in zip(queued, scores, strict=True):
         if isinstance(score, Exception):
             # A queue key of another type (a stray write): claims pass over it, so its runs
@@ -219,9 +247,11 @@ async def _check_queues(
             key = store._key("q:", qk)
             problems.append(f"{key}: {_decode.field_name(str(score))}: its runs wait")
             continue
+        finished = record is not None and record.status.is_terminal
+        if not finished:
+            live.add(qk)
         if score is not None:
             continue  # in its queue
-        finished = record is not None and record.status.is_terminal
         if record is None or (not finished and record.status not in _QUEUED):
             continue
         due = "0" if messages and not finished else due_score(record)
@@ -230,6 +260,26 @@ async def _check_queues(
             problems.append(
                 f"run {run_id}: {where} names queue {qk!r}, which it is not in: "
                 + ("cleared" if finished else "put back in it")
+            )
+    return problems + await _check_indexed_queues(store, sorted(live))
+
+
+async def _check_indexed_queues(store: RedisStore, queues: list[str]) -> list[str]:
+    """Each of ``queues`` (of live runs) missing from the queues' index put back in it, with
+    the priority its name starts with (``ZADD``: what a run's write does)."""
+    index = store._key("qk")
+    try:
+        scores = await store._pipe(*(("zscore", index, qk) for qk in queues))
+    except StoreCorrupted:
+        return []  # the index of another type: named by ``_check_queue_index``
+    problems = []
+    for qk, score in zip(queues, scores, strict=True):
+        priority, bar, _ = qk.partition("|")
+        if score is not None or not bar or not _digits(priority.lstrip("-")):
+            continue
+        if await store._call("zadd", index, {qk: int(priority)}, True):
+            problems.append(
+                f"{index}: queue {qk!r} is missing from it (its runs wait): put back in it"
             )
     return problems
 
