@@ -1850,6 +1850,36 @@ async def test_a_run_found_damaged_keeps_its_place_in_its_lane(prefix: str) -> N
         await store.close()
 
 
+async def test_a_lane_key_of_another_type_is_named_by_the_claim_and_verify(prefix: str) -> None:
+    """A group lane key (``g:<lane>``) a stray write replaced by a string: the claim blamed
+    each of its runs' hashes (``WRONGTYPE``, naming ``r:<id>``) and verify said the store was
+    fine. The claim names the lane key as each run's damage, the other runs go on, and verify
+    names it."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        grouped = [await created(store, id=f"in-lane-{i}", group="g") for i in range(2)]
+        alone = await created(store, id="alone")
+        lane = lane_of(grouped[0])
+        gk = f"{prefix}g:{lane}"
+        client.delete(gk)
+        client.set(gk, "junk")
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert [x.run_id for x in leases] == [alone.id]
+        await leases[0].release()
+        said = {fault.item: fault.reason for fault in store.faults}
+        assert set(said) == {r.id for r in grouped}, said
+        named = " ".join(gk.split())  # a lane's name holds a newline: said on one line
+        assert all(named in reason and "WRONGTYPE" in reason for reason in said.values()), said
+        problems = await store.verify()
+        assert [p for p in problems if " ".join(p.split()).startswith(f"{named}: WRONGTYPE")], (
+            problems
+        )
+    finally:
+        client.close()
+        await store.close()
+
+
 @pytest.mark.parametrize("key", ["r:", "j:"])
 async def test_a_lane_head_whose_key_is_of_another_type_keeps_its_place(
     prefix: str, key: str

@@ -465,6 +465,9 @@ local function take(id, member, key, lk)
       damage("field 'lane' of " .. rk, 'not a number')
     end
     local gk = P .. 'g:' .. f[1]
+    -- The lane key of another type (a stray write): named as each of its runs' damage (it
+    -- was their hashes' WRONGTYPE), the lane's runs wait and the others go on.
+    at(gk, 'ZCARD', gk)
     -- A width that is not a count of at least 1 (a stray write: 0 would hold the lane for
     -- good, a fraction or 'inf' would fail ZRANGE): one at a time, as most lanes are.
     local width = tonumber(f[3])

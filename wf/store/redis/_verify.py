@@ -57,7 +57,11 @@ async def verify(store: RedisStore) -> list[str]:
                 command
                 for run_id in batch
                 for command in (
-                    ("hmget", keys[run_id][0], ["st", "rec", "seq", "lane", "gw", "ep", "qk"]),
+                    (
+                        "hmget",
+                        keys[run_id][0],
+                        ["st", "rec", "seq", "lane", "gw", "ep", "qk", "grp"],
+                    ),
                     ("lrange", keys[run_id][1], 0, -1),
                     ("hgetall", keys[run_id][2]),
                 )
@@ -74,6 +78,7 @@ async def verify(store: RedisStore) -> list[str]:
             repaired = await store._eval(_scripts.REPAIR_INDEX, "ix:all", "", *gone)
             removed = {_decode.field_name(member) for member in repaired[::2]}
         queued: list[tuple[str, str, RunRecord | None, bool]] = []
+        lanes: set[str] = set()
         for index, run_id in enumerate(batch):
             found = reads[3 * index : 3 * index + 3]
             if run_id in removed:
@@ -90,7 +95,9 @@ async def verify(store: RedisStore) -> list[str]:
             if failed:
                 problems += failed
                 continue
-            (status, raw, seq, place, width, epoch, qk), journal, inbox = found
+            (status, raw, seq, place, width, epoch, qk, group), journal, inbox = found
+            if group and place:
+                lanes.add(_decode.field_name(group))
             problems += _check_run(store, run_id, status, raw, journal, inbox)
             if qk:
                 record: RunRecord | None = None
@@ -106,6 +113,7 @@ async def verify(store: RedisStore) -> list[str]:
             if seq is not None and _digits(seq):
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
+        problems += await _check_lanes(store, sorted(lanes))
         problems += await _check_listed(store, [r for r in batch if r not in removed])
         problems += await _check_streams(store, [r for r in batch if r not in removed])
     problems += await _named(_check_status_indexes(store))
@@ -162,6 +170,20 @@ async def _check_streams(store: RedisStore, batch: list[str]) -> list[str]:
             said = "its streams" if name == "*" else f"stream {name!r}"
             problems.append(f"run {run_id}: {said}: {where}: {why}")
     return problems
+
+
+async def _check_lanes(store: RedisStore, lanes: list[str]) -> list[str]:
+    """Each group lane key (``g:<lane>``) of runs in a lane that is of another type (a stray
+    write): named, not changed (it may be someone else's key); claims name it as each of its
+    runs' damage, and the lane's runs wait."""
+    if not lanes:
+        return []
+    found = await store._pipe(*(("zcard", store._key("g:", lane)) for lane in lanes), each=True)
+    return [
+        f"{store._key('g:', lane)}: {_decode.field_name(str(result))}: the lane's runs wait"
+        for lane, result in zip(lanes, found, strict=True)
+        if isinstance(result, Exception)
+    ]
 
 
 async def _check_queue_index(store: RedisStore) -> list[str]:
