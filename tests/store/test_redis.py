@@ -1546,6 +1546,35 @@ async def test_a_damaged_queue_member_is_named_and_rebuilt_not_dropped(prefix: s
         await store.close()
 
 
+async def test_verify_files_a_run_by_its_record_not_by_a_damaged_status_field(
+    prefix: str,
+) -> None:
+    """A stray write over a run's ``st`` (its record says pending): verify moved the run to the
+    damaged field's status index and left the field, so ``wf runs --status completed`` listed a
+    pending run and every verify said it again. The record is the truth: ``st`` is set from
+    it, the run filed under its status, said once; then clean."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store, id="run-0")
+        await created(store, id="run-1")
+        rk = f"{prefix}r:{run.id}"
+        client.hset(rk, "st", "completed")
+        problems = await store.verify()
+        assert len(problems) == 1, problems
+        assert f"field 'st' of {rk}" in problems[0] and "'pending'" in problems[0], problems
+        assert client.hget(rk, "st") == b"pending"
+        assert await store.verify() == []
+        assert [r.id for r in await store.list_runs(statuses=[RunStatus.COMPLETED])] == []
+        pending = await store.list_runs(statuses=[RunStatus.PENDING])
+        assert sorted(r.id for r in pending) == ["run-0", "run-1"]
+        info = await store.store_info()
+        assert info.runs["pending"] == 2 and info.runs["completed"] == 0, info.runs
+    finally:
+        client.close()
+        await store.close()
+
+
 # -- what the store says when the server refuses, and of a record without an id ---------------
 
 OOM = "OOM command not allowed when used memory > 'maxmemory'."

@@ -939,6 +939,29 @@ return out
 """
 )
 
+REPAIR_STATUS = (
+    _STATUSES
+    + """
+-- ARGV: P, id. A run whose status field ``st`` disagrees with its record (a stray write): the
+-- record is the truth, so ``st`` is set from it and the run moved from the status index of the
+-- damaged field to its own. Returns {damaged st, status}; false when they agree (changed
+-- meanwhile) or the record cannot be read (verify names it).
+local P, id = ARGV[1], ARGV[2]
+local rk = P .. 'r:' .. id
+local f = redis.pcall('HMGET', rk, 'st', 'rec', 'seq')
+if type(f) ~= 'table' or f.err or not f[2] then return false end
+local ok, rec = pcall(cjson.decode, f[2])
+if not ok or type(rec) ~= 'table' then return false end
+local status = rec['status']
+if type(status) ~= 'string' or not STATUSES[status] or status == f[1] then return false end
+local old = f[1] or ''
+redis.call('HSET', rk, 'st', status)
+if STATUSES[old] then redis.pcall('ZREM', P .. 'ix:s:' .. old, id) end
+if tonumber(f[3]) then redis.pcall('ZADD', P .. 'ix:s:' .. status, f[3], id) end
+return {old, status}
+"""
+)
+
 REPAIR_LISTED = (
     _STATUSES
     + """

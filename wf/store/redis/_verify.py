@@ -98,7 +98,8 @@ async def verify(store: RedisStore) -> list[str]:
             (status, raw, seq, place, width, epoch, qk, group), journal, inbox = found
             if group and place:
                 lanes.add(_decode.field_name(group))
-            problems += _check_run(store, run_id, status, raw, journal, inbox)
+            problems += _check_run(store, run_id, raw, journal, inbox)
+            problems += await _check_status(store, run_id, status, raw)
             if qk:
                 record: RunRecord | None = None
                 with contextlib.suppress(StoreCorrupted):  # named above
@@ -218,6 +219,28 @@ async def _check_schedule_index(store: RedisStore) -> list[str]:
         f"schedule {_decode.field_name(schedule_id)!r}: {index}: {_decode.field_name(what)}"
         for schedule_id, what in repaired
     ] + failed
+
+
+async def _check_status(
+    store: RedisStore, run_id: str, status: bytes | None, raw: bytes | None
+) -> list[str]:
+    """A run's status field ``st`` that disagrees with its record (a stray write): set from the
+    record, the truth, and the run filed under that status (it was filed under the damaged
+    field's, and listed there)."""
+    if raw is None:
+        return []
+    try:
+        record = _decode.record(raw, store.run_location(run_id), run_id)
+    except StoreCorrupted:
+        return []  # named by ``_check_run``
+    if _decode.field_name(status or b"") == record.status.value:
+        return []
+    found = await store._eval(_scripts.REPAIR_STATUS, run_id)
+    if not found:
+        return []
+    old, new = (_decode.field_name(x) for x in found)
+    where = _decode.field_of(store.run_location(run_id), "st")
+    return [f"{where}: {old!r}, but the run's record says {new!r}: set to {new!r}, filed under it"]
 
 
 async def _check_member(store: RedisStore, run_id: str, seq: int) -> list[str]:
@@ -344,7 +367,6 @@ def _digits(value: str | bytes) -> bool:
 def _check_run(
     store: RedisStore,
     run_id: str,
-    status: bytes | None,
     raw: bytes | None,
     journal: list[bytes],
     inbox: dict[bytes, bytes],
@@ -352,16 +374,10 @@ def _check_run(
     if raw is None:
         return [f"run {run_id}: listed in the index but has no record"]
     problems = []
-    record: RunRecord | None = None
     try:
-        record = _decode.record(raw, _decode.field_of(store.run_location(run_id), "rec"), run_id)
+        _decode.record(raw, _decode.field_of(store.run_location(run_id), "rec"), run_id)
     except StoreCorrupted as error:
         problems.append(f"run {run_id}: the record cannot be read: {error}")
-    if record is not None and _decode.field_name(status or b"") != record.status.value:
-        problems.append(
-            f"run {run_id}: indexed as {_decode.field_name(status or b'')!r} but its record"
-            f" says {record.status.value!r}"
-        )
     if not journal:
         # Every run's journal starts with run_started: one that is gone (evicted, deleted by
         # hand) leaves a run that cannot be replayed (a worker fails it as damaged).
