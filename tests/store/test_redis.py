@@ -1575,6 +1575,83 @@ async def test_verify_files_a_run_by_its_record_not_by_a_damaged_status_field(
         await store.close()
 
 
+CANCEL_DAMAGE = {
+    "ep": (lambda client, p, rid: client.hset(f"{p}r:{rid}", "ep", "abc"), "field 'ep' of {p}r:"),
+    "seq": (
+        lambda client, p, rid: client.hset(f"{p}r:{rid}", "seq", "xyz"),
+        "field 'seq' of {p}r:",
+    ),
+    "inbox": (lambda client, p, rid: client.set(f"{p}in:{rid}", "junk"), "{p}in:"),
+    "journal": (
+        lambda client, p, rid: (client.delete(f"{p}j:{rid}"), client.set(f"{p}j:{rid}", "x")),
+        "{p}j:",
+    ),
+}
+"""How a stray write damages a run, and the key a message to it is refused naming."""
+
+
+@pytest.mark.parametrize("damage", sorted(CANCEL_DAMAGE))
+async def test_a_message_to_a_damaged_run_is_refused_naming_the_key_and_writes_nothing(
+    prefix: str, damage: str
+) -> None:
+    """``wf cancel`` of a run a stray write damaged (an epoch or creation number that is no
+    number, its journal or inbox of another type): the cancel request was stored (the inbox
+    written, the message counter bumped) and the drive then failed (exit 3, two lines), or
+    the inbox's bare ``WRONGTYPE`` named no key. The request is refused whole, naming the key,
+    before anything is written: no driver could take it in."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store)
+        if damage == "inbox":
+            client.delete(f"{prefix}in:{run.id}")
+        spoil, where = CANCEL_DAMAGE[damage]
+        spoil(client, prefix, run.id)
+        before = client.get(f"{prefix}mseq")
+        with pytest.raises(StoreCorrupted) as refused:
+            await store.post(run.id, "cancel", {})
+        assert where.format(p=prefix) + run.id in str(refused.value), refused.value
+        assert client.get(f"{prefix}mseq") == before
+        if damage != "inbox":
+            assert client.exists(f"{prefix}in:{run.id}") == 0
+    finally:
+        client.close()
+        await store.close()
+
+
+def test_wf_cancel_of_a_damaged_run_says_one_line_and_writes_nothing(
+    prefix: str, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
+    env.update(WF_REDIS_URL=URL, WF_REDIS_PREFIX=prefix, PYTHONPATH=REPO)
+    client = raw_client()
+    try:
+
+        async def make_run() -> str:
+            store = make(prefix)
+            try:
+                return (await created(store)).id
+            finally:
+                await store.close()
+
+        run_id = asyncio.run(make_run())
+        client.hset(f"{prefix}r:{run_id}", "ep", "abc")
+        done = subprocess.run(
+            [sys.executable, "-m", "wf", "cancel", run_id],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        lines = [line for line in done.stderr.splitlines() if not line.startswith("warning:")]
+        assert done.returncode == 3, done.stderr
+        assert len(lines) == 1 and f"field 'ep' of {prefix}r:{run_id}" in lines[0], lines
+        assert client.exists(f"{prefix}in:{run_id}") == 0
+    finally:
+        client.close()
+
+
 # -- what the store says when the server refuses, and of a record without an id ---------------
 
 OOM = "OOM command not allowed when used memory > 'maxmemory'."

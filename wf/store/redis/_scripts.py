@@ -601,13 +601,31 @@ end
 return 0
 """
 
+_POSTABLE = """
+-- What a driver reads of a run to take in a message to it (its inbox and journal, its epoch
+-- and creation number, with which it takes the lease), read before anything is written: a
+-- value a stray write damaged is a WFDAMAGE error naming it, and nothing is written (the
+-- message would wait in an inbox no driver can take in; the message counter, bumped).
+local function postable(rk, id)
+  local f = at(rk, 'HMGET', rk, 'ep', 'seq')
+  if f[1] and not tonumber(f[1]) then damage("field 'ep' of " .. rk, 'not a number') end
+  if not tonumber(f[2]) then damage("field 'seq' of " .. rk, 'not a number') end
+  local ik, jk = P .. 'in:' .. id, P .. 'j:' .. id
+  at(ik, 'HLEN', ik)
+  at(jk, 'LLEN', jk)
+end
+"""
+
 POST = (
     _PRELUDE
+    + _POSTABLE
     + """
 -- ARGV: P, id, message (JSON [kind, data]). Returns the message id, or false: no such run.
 local id = ARGV[2]
 local rk = rkey(id)
 if redis.call('EXISTS', rk) == 0 then return false end
+local refused = replied(function() postable(rk, id); return false end)
+if refused then return refused end
 local mid = string.format('m%016d', redis.call('INCR', P .. 'mseq'))
 redis.call('HSET', P .. 'in:' .. id, mid, ARGV[3])
 local f = redis.call('HMGET', rk, 'st', 'qk', 'qm')
@@ -619,6 +637,7 @@ return mid
 
 POST_ONCE = (
     _PRELUDE
+    + _POSTABLE
     + """
 -- ARGV: P, id, message (JSON [kind, data]), delivery id, delivery (JSON), its time.
 -- Returns {1, message id} when posted (the delivery kept with it), {0, delivery} when one was
@@ -628,6 +647,8 @@ local kept = redis.call('HGET', P .. 'deliveries', key)
 if kept then return {0, kept} end
 local rk = rkey(id)
 if redis.call('EXISTS', rk) == 0 then return false end
+local refused = replied(function() postable(rk, id); return false end)
+if refused then return refused end
 redis.call('HSET', P .. 'deliveries', key, ARGV[5])
 redis.call('ZADD', P .. 'delivered', ARGV[6], key)
 local mid = string.format('m%016d', redis.call('INCR', P .. 'mseq'))
