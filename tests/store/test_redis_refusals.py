@@ -127,7 +127,9 @@ async def test_a_worker_waits_out_a_server_that_refuses_for_a_while(
     monkeypatch.setattr(_worker, "LEASE_LOST_RETRY", 0.05)
     refusing, url = proxy
     error, writes_only = REFUSALS[kind]
-    store = RedisStore(url, prefix=prefix)
+    # A lease whose release was refused lapses after its TTL (15 s by default), when the
+    # run is claimed again: short here.
+    store = RedisStore(url, prefix=prefix, lease_ttl=1.5)
     engine = Engine(store)
     STEPS_RUN.clear()
     try:
