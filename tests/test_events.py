@@ -16,6 +16,7 @@ from wf.engine._child import ChildState
 from wf.engine._context import RunContext
 from wf.engine._driver import recorded_outcome
 from wf.engine._hooks import HookState
+from wf.engine._recovery import recoveries
 from wf.engine._streams import StreamState
 from wf.engine._watch import events_of
 from wf.store import RunRecord, RunStatus
@@ -111,7 +112,10 @@ _SAMPLE: dict[str, Any] = {
     "attempt": 2,
     "max_attempts": 3,
     "parent": "wrun_00000000000000000000000001",
+    "began": 1,
 }
+
+_STARTED = {"type": "step_started", "ts": 1.0, "op": 0, "name": "s"}
 
 
 def sample(kind: str) -> dict[str, Any]:
@@ -146,6 +150,11 @@ READERS: dict[str, Callable[[RunContext, list[dict[str, Any]]], bool]] = {
     "stream_closed": lambda ctx, _: ctx.state(StreamState).closed == {("default", None)},
     "run_started": lambda _, journal: record_from_journal(journal) is not None,
     "run_resumed": lambda _, journal: _journal_status(journal) is RunStatus.RUNNING,
+    # The drive that began at 1 (the step started there) is no death: the store stopped it.
+    "drive_failed": lambda _, journal: (
+        recoveries([*journal[:1], _STARTED, *journal[1:]]).count == 0
+        and recoveries([*journal[:1], _STARTED]).count == 1
+    ),
     "run_suspended": lambda _, journal: _journal_status(journal) is RunStatus.SUSPENDED,
     "run_completed": lambda _, journal: recorded_outcome(journal) is journal[-1],
     "run_failed": lambda _, journal: recorded_outcome(journal) is journal[-1],

@@ -60,6 +60,15 @@ KINDS: dict[str, EventKind] = {
             doc="An attempt of a queued run begins (the first, or a run-level retry).",
         ),
         EventKind(
+            "drive_failed",
+            ("began", "error"),
+            doc="A drive stopped because the store failed to record one of its writes (a full "
+            "disk, an I/O error: ``error``, in words): no process died. ``began``: the journal "
+            "position of that drive's first event (its marker), the drive this names; deaths "
+            "in a row (``max_recoveries``) do not count it. Written right after the failure, "
+            "or, when the store could not take it then, by the process's next drive of the run.",
+        ),
+        EventKind(
             "run_retrying",
             ("attempt", "max_attempts", "error", "retry_at"),
             ("manual",),

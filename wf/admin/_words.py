@@ -431,6 +431,8 @@ def describe_event(event: dict[str, Any]) -> str | None:
                 {"in_a_row": event["recoveries"], "steps": event.get("steps")}
             )
         return "run resumed"
+    if kind_of == "drive_failed":
+        return f"drive stopped by the store (no death): {event.get('error')}"
     if kind_of == "run_attempt":
         return f"run started (attempt {attempt})"
     if kind_of == "run_retrying":

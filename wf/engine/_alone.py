@@ -135,17 +135,44 @@ class DriveGate:
         """Suspects waiting to drive alone: ordinary drives wait behind them."""
         self._changed: asyncio.Event | None = None
         self._cut: collections.OrderedDict[str, int] = collections.OrderedDict()
-        """Runs whose last drives here ended with their lease or connection lost: how many."""
+        """Runs whose last drives here ended with their lease or connection lost, or that the
+        store stopped unnoted (``failed``): how many."""
+        self._unnoted: dict[str, list[tuple[int, str]]] = {}
+        """Runs whose drives the store stopped here, unnoted: where each began, the error."""
 
     def cut(self, run_id: str) -> None:
         """A drive of ``run_id`` here ended with its lease or its connection lost."""
         self._cut[run_id] = self._cut.pop(run_id, 0) + 1
         while len(self._cut) > CUT_KEPT:
-            self._cut.popitem(last=False)
+            forgotten, _ = self._cut.popitem(last=False)
+            self._unnoted.pop(forgotten, None)
+
+    def failed(self, run_id: str, began: int, error: str) -> None:
+        """The store stopped a drive of ``run_id`` here (the drive that began at journal
+        position ``began``) and could not take the note that says so (``drive_failed``):
+        not counted here, and noted by the next drive of the run here (``unnoted``)."""
+        self.cut(run_id)
+        if run_id in self._cut:
+            self._unnoted.setdefault(run_id, []).append((began, error))
+
+    def unnoted(self, run_id: str) -> list[tuple[int, str]]:
+        """The drives of ``run_id`` the store stopped here whose note is still to be written:
+        where each began, and the store's error."""
+        return self._unnoted.get(run_id, [])
+
+    def noted(self, run_id: str) -> None:
+        """The notes ``unnoted`` gave are written: the journal no longer counts those drives."""
+        notes = self._unnoted.pop(run_id, [])
+        left = self._cut.get(run_id, 0) - len(notes)
+        if left > 0:
+            self._cut[run_id] = left
+        else:
+            self._cut.pop(run_id, None)
 
     def ended(self, run_id: str) -> None:
         """A drive of ``run_id`` here ended otherwise (what it did is in the journal)."""
         self._cut.pop(run_id, None)
+        self._unnoted.pop(run_id, None)
 
     def was_cut(self, run_id: str) -> bool:
         """Whether the last drive of ``run_id`` here ended with its lease or connection lost."""

@@ -97,6 +97,9 @@ class StoreFailure(Suspending):
     def __init__(self, error: StoreError) -> None:
         super().__init__(str(error))
         self.error = error
+        self.began: int | None = None
+        """Where the drive it stopped began in the journal (``RunContext.drive_began``), once
+        the drive wrote its marker: the note ``drive_failed`` names it (``_recovery``)."""
 
 
 def current_run() -> RunContext | None:
@@ -240,6 +243,9 @@ class RunContext:
         self.loop = loop or asyncio.get_running_loop()
         """The running loop (``loop``, when the driver has it: a lookup asks the process id)."""
         self.journal_length = len(journal)
+        self.drive_began: int | None = None
+        """Where this drive's first event (its marker) lands in the journal, once the driver
+        writes it (``_driver._mark_drive``): a ``drive_failed`` note names the drive so."""
         self._deferred: list[Event] = []
         self._pending_writes = 0
         """``write_pending`` calls so far; ``_covered`` of them a finished flush made durable

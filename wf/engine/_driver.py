@@ -16,11 +16,14 @@ from typing import TYPE_CHECKING, Any
 from wf import _events
 from wf._exceptions import (
     Cancelled,
+    LeaseLost,
     LoadError,
     OutputValidationError,
     RunNotFound,
     RunStalled,
     StoreCorrupted,
+    StoreError,
+    StoreUnavailable,
     UsageError,
     ValueEncodingError,
     WorkflowNotFound,
@@ -109,7 +112,12 @@ async def drive(
                 )
                 fresh, started_with = False, None
             except StoreFailure as failure:
-                # Not the run's failure: the store's. The run stays due for a later driver.
+                # Not the run's failure: the store's. The run stays due for a later driver,
+                # and no process died: noted so that no driver counts it (``_recovery``).
+                if failure.began is not None and not isinstance(
+                    failure.error, LeaseLost | StoreUnavailable
+                ):
+                    await _note_failed(engine, lease, run_id, failure.began, failure.error)
                 raise failure.error from None
             except _Held as held:
                 engine.holds[run_id] = held.hold
@@ -136,6 +144,20 @@ async def drive(
         return await engine.store.get_run(run_id)  # as the other process left it
     except RunNotFound:
         return None  # deleted meanwhile
+
+
+async def _note_failed(
+    engine: EngineLike, lease: Lease, run_id: str, began: int, error: StoreError
+) -> None:
+    """Note in the journal that the store stopped the drive that began at ``began``
+    (``drive_failed``); if the store cannot take that either, the process's next drive of the
+    run notes it (``DriveGate.failed``)."""
+    words = str(error)[:500]
+    note = {"type": "drive_failed", "ts": engine.clock.now(), "began": began, "error": words}
+    try:
+        await lease.append([note])
+    except StoreError:
+        engine.drive_gate.failed(run_id, began, words)
 
 
 class _PinnedElsewhere(Exception):
@@ -214,6 +236,8 @@ async def _drive_once(
         return await _mark_corrupt(engine, lease, record, exc)
     outcome = recorded_outcome(journal)
     events = len(journal)
+    # The store stopped the last drive (``drive_failed``): it ended, as a cut drive did.
+    stopped = journal[-1].get("type") == "drive_failed"
     dead = recoveries(journal)
     dead = dead.first(engine.drive_gate.deaths(run_id, dead.count))
     # The context keeps what replay needs: let the rest of the journal go for the drive.
@@ -241,7 +265,7 @@ async def _drive_once(
         # a retried child's outcome — ends the wait: the run is due now, and is driven.)
         return record
     limit = record.max_recoveries or engine.max_recoveries
-    cut = engine.drive_gate.was_cut(run_id)
+    cut = stopped or engine.drive_gate.was_cut(run_id)
     died = last_driver_died(
         record, dead, fresh=fresh, cut=cut, events=events, now=engine.clock.now()
     )
@@ -382,6 +406,9 @@ async def _drive_live(
     poller = InboxPoller(engine, ctx, news)
     try:
         status, fields = await _run_workflow(ctx, workflow)
+    except StoreFailure as failure:
+        failure.began = ctx.drive_began
+        raise
     finally:
         poller.stop()
         engine.live.pop(run_id, None)
@@ -425,7 +452,14 @@ async def _mark_drive(
     is running."""
     record = ctx.record
     now = engine.clock.now()
-    markers: list[Event] = []
+    gate = engine.drive_gate
+    # Drives of the run here the store stopped, whose note it could not take then: noted now,
+    # before this drive's marker (``_recovery``).
+    markers: list[Event] = [
+        ctx.event("drive_failed", ts=now, began=began, error=error)
+        for began, error in gate.unnoted(ctx.run_id)
+    ]
+    notes = len(markers)
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
         markers.append(ctx.event("run_attempt", ts=now, attempt=record.attempt))
@@ -440,9 +474,12 @@ async def _mark_drive(
     # (PostgreSQL, Redis) it is written at once, below, carrying the record's save; it stands
     # for the first step's own mark, but in a run whose drivers died before: that one names
     # the step.
+    ctx.drive_began = ctx.journal_length + notes
     visible = bool(markers) and ctx.step_marked is None and not ctx.lease.soon_outlives_process
     if not visible:
         ctx.write_soon(*markers)
+        if notes:
+            gate.noted(ctx.run_id)
     if resuming or record.status is not RunStatus.RUNNING or record.wake_at is not None:
         record.status = RunStatus.RUNNING
         record.wake_at = None
@@ -455,6 +492,8 @@ async def _mark_drive(
             await lease.save(record)
     if visible:
         await ctx.write(*markers, durable=False)
+        if notes:
+            gate.noted(ctx.run_id)
         if not dead.count:
             ctx.step_marked = ctx.loop.create_future()
             ctx.step_marked.set_result(None)

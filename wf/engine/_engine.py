@@ -382,6 +382,10 @@ class Engine:
         except (LeaseLost, StoreUnavailable):
             self.drive_gate.cut(run_id)  # no death of the run's next drive (``_alone``)
             raise
+        except StoreError:
+            # The store stopped the drive: ``drive`` noted it, or told the gate (``failed``)
+            # when it could not; the gate keeps what it knew of the drives before.
+            raise
         except Exception:
             self.drive_gate.ended(run_id)
             raise

@@ -10,6 +10,15 @@ tail since the last event that records progress (anything but the drive markers 
 row. A run that records progress between crashes has a fresh tail, so it is never counted as
 stalled.
 
+A drive the store stopped (a full disk: a ``wf.StoreError`` on one of its writes) leaves the
+same tail, but no process died: its driver notes it (``drive_failed``, naming where that drive
+began), and the drive so named is no death (nor progress: the deaths around it still add up).
+A store that failed a write may fail the note too; the process then remembers the drive
+(``DriveGate.failed``) and its next drive of the run writes the note before its marker. A
+process that never drives the run again (``wf worker --until-idle`` on a disk that stays full)
+leaves it unnoted: the next process counts it, as it counts a death. The note names the drive
+by position, so a note written late never excuses a drive of another process that died since.
+
 The count is the journal's own (nothing else is written to keep it), so a crash between a
 recovery and its counting cannot lose it; the ``run_resumed`` event of a recovery repeats it
 (``recoveries``, ``steps``) for readers (``wf inspect``, the web UI).
@@ -61,18 +70,28 @@ def recoveries(journal: Sequence[Event]) -> Recoveries:
     open_steps: dict[int, dict[str, Any]] = {}
     later: Event | None = None
     """The marker of the drive after the one being read."""
-    for event in reversed(journal):
+    failed: set[int] = set()
+    """Where the drives the store stopped began (``drive_failed``): no deaths."""
+    for position in range(len(journal) - 1, -1, -1):
+        event = journal[position]
         kind = event.get("type")
         if kind == "step_started":
             op = event.get("op")
             if isinstance(op, int):
                 open_steps.setdefault(op, {"op": op, "name": event.get("name")})
             continue
+        if kind == "drive_failed":
+            began = event.get("began")
+            if isinstance(began, int):
+                failed.add(began)
+            continue
         if kind not in _MARKERS and kind != "run_started":
             # Progress (or a suspension, a retry): a drive that recorded some and then died
             # is not a death "without progress", and nothing before it counts.
             break
-        if open_steps:
+        if _began(event, position) in failed:
+            pass  # the store stopped that drive: no process died (nor made progress)
+        elif open_steps:
             deaths.append(tuple(sorted(open_steps.values(), key=lambda s: s["op"])))
         elif kind in _MARKERS and not _one_drive(event, later):
             deaths.append(())
@@ -81,6 +100,17 @@ def recoveries(journal: Sequence[Event]) -> Recoveries:
         if kind == "run_started":
             break
     return Recoveries(tuple(reversed(deaths)))
+
+
+def _began(event: Event, position: int) -> int:
+    """Where the drive that ``event`` (at ``position``) begins, or ends the tail before,
+    began: at its first marker (``run_resumed`` marked ``same_drive`` follows its drive's
+    ``run_attempt``); after ``run_started`` for the run's first drive, which has no marker."""
+    if event.get("type") == "run_started":
+        return position + 1
+    if event.get("type") == "run_resumed" and event.get("same_drive") is True:
+        return position - 1
+    return position
 
 
 def _one_drive(marker: Event, later: Event | None) -> bool:
