@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 from typing import Annotated
@@ -11,7 +12,7 @@ import typer
 
 from wf.cli._errors import guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr
-from wf.cli._stopping import GraceOption, leave_if_stuck
+from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck
 
 
 def register(app: typer.Typer) -> None:
@@ -151,6 +152,9 @@ def _run(
                 log_format=LogFormat(log_format),
             )
         )
+        # Threads a step started run on after the loop closed: never wait for them past the
+        # grace (as ``wf worker``).
+        leave_despite_threads(0, grace, lambda line: emit(line, level=logging.WARNING))
 
 
 def _port(value: int) -> int:

@@ -3,9 +3,14 @@ running steps on SIGTERM, and leaving at once when a stopped worker left somethi
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import signal
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -43,3 +48,52 @@ def leave_if_stuck(worker: Worker, code: int) -> None:
     if worker.threads_abandoned or worker.left_running:
         sys.stderr.flush()
         os._exit(code)
+
+
+def lingering_threads() -> list[threading.Thread]:
+    """The threads started by code in runs that would keep the process from exiting: alive,
+    not daemons, not the main thread (the interpreter joins them at exit), and not wf's own
+    (``wf-``: the step threads, idle once the worker stopped, end at exit; a step still
+    running in one is ``leave_if_stuck``'s)."""
+    main = threading.main_thread()
+    return [
+        t
+        for t in threading.enumerate()
+        if t is not main and not t.daemon and t.is_alive() and not t.name.startswith("wf-")
+    ]
+
+
+def leave_despite_threads(code: int, grace: float, say: Callable[[str], None]) -> None:
+    """After a stopped worker's event loop closed: if threads started by code in its runs (a
+    library's non-daemon pool) are still alive, say so in one line naming them, give them up
+    to ``grace`` seconds to end, and exit with ``code`` without them (the interpreter would
+    wait for them forever). A SIGTERM or Ctrl-C meanwhile exits at once with 130. Returns at
+    once when no such thread is alive."""
+    left = lingering_threads()
+    if not left:
+        return
+    names = ", ".join(repr(t.name) for t in left[:5]) + (", …" if len(left) > 5 else "")
+    say(
+        f"{len(left)} thread(s) started by code in runs still run: {names}; the process exits "
+        f"once they end, or in {grace:g} s without them (SIGTERM or Ctrl-C exits now)"
+    )
+
+    def interrupted(_signum: int, _frame: object) -> None:
+        _flush()
+        os._exit(130)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, interrupted)
+    deadline = time.monotonic() + grace
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in left):
+        _flush()
+        os._exit(code)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()

@@ -18,7 +18,7 @@ import typer
 from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 from wf.cli._logformat import log as _wf_log
-from wf.cli._stopping import GraceOption, leave_if_stuck
+from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck
 
 if TYPE_CHECKING:
     from wf import RunRecord
@@ -113,6 +113,9 @@ def worker_command(
                 any_deployment=any_deployment,
             )
         )
+        # Threads a step started keep running after the loop closed: never wait for them
+        # beyond the grace (the interpreter's exit would).
+        leave_despite_threads(code, grace, lambda line: _log(line, level=logging.WARNING))
     if code:
         raise typer.Exit(code)
 
