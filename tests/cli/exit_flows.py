@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import sys
 import threading
 import time
 
@@ -19,3 +22,56 @@ def spawn() -> str:
 @wf.workflow
 async def spawner() -> str:
     return await spawn()
+
+
+@wf.step
+async def exits_in_a_callback() -> str:
+    asyncio.get_running_loop().call_soon(sys.exit, 4)
+    await asyncio.sleep(0.2)
+    return "after"
+
+
+@wf.workflow
+async def callback_exit() -> str:
+    return await exits_in_a_callback()
+
+
+async def _interrupts() -> None:
+    await asyncio.sleep(0.05)
+    raise KeyboardInterrupt
+
+
+@wf.step
+async def interrupts_in_a_task() -> str:
+    task = asyncio.get_running_loop().create_task(_interrupts())  # fire and forget
+    await asyncio.sleep(0.3)
+    return "after" if task.done() else "still running"
+
+
+@wf.workflow
+async def task_interrupt() -> str:
+    return await interrupts_in_a_task()
+
+
+@wf.step
+def slow(i: int) -> int:
+    time.sleep(0.5)
+    return i
+
+
+@wf.workflow
+async def beside(i: int) -> int:
+    return await slow(i)
+
+
+@wf.step
+async def exits_from_nowhere() -> str:
+    # A callback with a context of its own: nothing says which run's code scheduled it.
+    asyncio.get_running_loop().call_soon(sys.exit, 5, context=contextvars.Context())
+    await asyncio.sleep(0.2)
+    return "after"
+
+
+@wf.workflow
+async def anonymous_exit() -> str:
+    return await exits_from_nowhere()

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import Project
 
 
@@ -62,3 +64,42 @@ def test_a_second_signal_ends_a_worker_waiting_for_such_a_thread_with_130(
         code = finished(proc, 20)
     assert code == 130, err.read_text()
     assert "Traceback" not in err.read_text()
+
+
+@pytest.mark.parametrize(
+    ("flow", "raised"),
+    [("callback_exit", "SystemExit(4)"), ("task_interrupt", "KeyboardInterrupt")],
+)
+def test_code_in_a_run_raising_systemexit_or_keyboardinterrupt_does_not_end_the_worker(
+    project: Project, flow: str, raised: str
+) -> None:
+    """Raised outside the run's steps (a loop callback, a task the step left to the loop),
+    they reached the event loop and ended the worker: rc 4 with nothing said, or 130 and
+    "interrupted" as if Ctrl-C. The worker says what and whose, and goes on."""
+    queued = project.wf("run", f"tests.cli.exit_flows:{flow}", "--id", "x1", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    for i in (1, 2):
+        beside = project.wf(
+            "run", "tests.cli.exit_flows:beside", "-i", str(i), "--id", f"b{i}", "-d"
+        )
+        assert beside.returncode == 0, beside.stderr
+    proc, err = spawn_logged(project, "worker", "--until-idle")
+    assert finished(proc, 30) == 0, err.read_text()
+    said = [line for line in err.read_text().splitlines() if raised in line]
+    assert len(said) == 1, err.read_text()
+    assert "run x1" in said[0] and "not a signal" in said[0], said
+    assert "interrupted" not in err.read_text()
+    assert [project.status(r) for r in ("x1", "b1", "b2")] == ["completed"] * 3
+
+
+def test_one_that_no_run_owns_ends_the_worker_saying_so_with_1(project: Project) -> None:
+    queued = project.wf("run", "tests.cli.exit_flows:anonymous_exit", "--id", "x1", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    proc, err = spawn_logged(project, "worker", "--until-idle")
+    assert finished(proc, 30) == 1, err.read_text()
+    assert (
+        "SystemExit(5) raised by code on the event loop (not a signal) ended the process; runs "
+        "in flight resume from their journals" in err.read_text()
+    )
+    assert "Traceback" not in err.read_text()
+    assert project.status("x1") == "running"  # due: the next worker resumes it

@@ -7,7 +7,6 @@ too: the journal survives any crash.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -18,7 +17,7 @@ import typer
 from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 from wf.cli._logformat import log as _wf_log
-from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck
+from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck, run_contained
 
 if TYPE_CHECKING:
     from wf import RunRecord
@@ -101,7 +100,7 @@ def worker_command(
     for module in setting("modules"):
         load_module(module)
     with logging_to_stderr(log_format, quiet=quiet):
-        code = asyncio.run(
+        code = run_contained(
             _work(
                 concurrency=(
                     concurrency if concurrency is not None else setting("worker.concurrency")
@@ -111,7 +110,8 @@ def worker_command(
                 queues=queue,
                 grace=grace,
                 any_deployment=any_deployment,
-            )
+            ),
+            lambda line: _log(line, level=logging.ERROR),
         )
         # Threads a step started keep running after the loop closed: never wait for them
         # beyond the grace (the interpreter's exit would).
