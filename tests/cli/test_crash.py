@@ -221,6 +221,9 @@ def test_worker_grace_abandons_steps_still_running_and_says_which(project: Proje
     _out, err = worker.communicate(timeout=30)  # not held up by the step's thread
     assert worker.returncode == 0, err
     assert "g step 'work' (operation #1) abandoned after the 0.5s grace" in err
+    assert [line for line in err.splitlines() if "abandoned" in line] == [
+        line for line in err.splitlines() if "g step 'work' (operation #1) abandoned" in line
+    ], err  # said once (the engine said it too, in other words)
     assert project.status("g") != "completed"
 
     (project.log / "hold_1").unlink()

@@ -182,6 +182,17 @@ def report_drive(record: RunRecord, took: float) -> None:
         _log(f"{head} {status} in {duration(whole)}{tail}", **fields)
 
 
+def report_abandoned(run_id: str, op: int, name: str, grace: float) -> None:
+    """One line per step still running when the grace ran out (the worker's own is not said)."""
+    _log(
+        f"{run_id} step {name!r} (operation #{op}) abandoned after the {grace:g}s grace: it "
+        "runs again when the run resumes",
+        level=logging.WARNING,
+        run_id=run_id,
+        step=name,
+    )
+
+
 def report_timer(due: float, run_id: str | None) -> None:
     """Log the timer ``--until-idle`` waits for (``due``, epoch seconds; ``run_id``'s): a log
     line, for shippers too, so its moment is in ISO 8601, UTC."""
@@ -256,6 +267,7 @@ async def _work(
             queues=queues or None,
             any_deployment=any_deployment,
         )
+        worker.on_abandoned = report_abandoned
         if until_idle:
             worker.on_timer = report_timer
         served = f", queues {', '.join(queues)}" if queues else ""
@@ -279,14 +291,6 @@ async def _work(
             )
             await _say_waiting_elsewhere(engine.store, worker.deployments)
             await worker.run(until_idle=until_idle, grace=grace)
-        for run_id, op, name in worker.abandoned:
-            _log(
-                f"{run_id} step {name!r} (operation #{op}) abandoned after the {grace:g}s "
-                "grace: it runs again when the run resumes",
-                level=logging.WARNING,
-                run_id=run_id,
-                step=name,
-            )
         undriven = await worker.undriven() if until_idle else []
         if worker.repairs:
             # Each was logged as it happened: runs suspended although they could move.

@@ -170,6 +170,10 @@ class Worker:
         """Told (the timer's due time, the run it wakes if known) when ``run(until_idle=True)``
         has nothing to do now but wait for a timer: once per change of the earliest one
         (``wf worker --until-idle`` says so rather than wait silently)."""
+        self.on_abandoned: Callable[[str, int, str, float], None] | None = None
+        """Told (the run, the step's operation and name, the grace) of each step still running
+        when the stop's grace ran out, instead of the worker's own warning: said once, by
+        whoever says it (``wf worker`` in its own words and fields)."""
         self._told_timer: float | None = None
         self.schedules = schedules
         """Fire due cron schedules."""
@@ -919,6 +923,9 @@ class Worker:
                     op not in ctx.step_tasks for ctx in live for op in ctx.running_steps
                 )
                 for run_id, op, name in self.abandoned:
+                    if self.on_abandoned is not None:
+                        self.on_abandoned(run_id, op, name, grace)
+                        continue
                     log.warning(
                         "grace of %gs over: abandoned step %r (operation #%d) of run %s; "
                         "it runs again when the run resumes",
