@@ -3,7 +3,6 @@ running steps on SIGTERM, and leaving at once when a stopped worker left somethi
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import os
@@ -11,15 +10,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
     from wf import Worker
-
-T = TypeVar("T")
 
 
 def finite_seconds(value: float | None) -> float | None:
@@ -100,99 +97,3 @@ def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-
-
-def run_contained(main: Coroutine[Any, Any, T], say: Callable[[str], None]) -> T:
-    """``asyncio.run(main)`` for a command that drives runs, which code in a run cannot end.
-
-    asyncio lets a ``SystemExit`` or a ``KeyboardInterrupt`` out of its event loop, whatever
-    raised it: code in a run that raises one outside its steps (``loop.call_soon(sys.exit,
-    4)``, a task a step started and left running) stopped the loop and the command with it,
-    silently with the code's exit status, or as if interrupted by Ctrl-C. Such an exception,
-    raised by a callback of the loop that runs in a run's context, is said (``say``: what,
-    which run and step, not a signal) and the loop runs on where it stopped: the callbacks
-    after it are still queued. It costs nothing per task: only the loop's exit is watched.
-
-    Any other ends the command as before, but a ``SystemExit`` or ``KeyboardInterrupt`` while
-    a handler of wf's takes SIGINT is no signal either (a Ctrl-C raises nothing then): it is
-    said, runs in flight resume from their journals, and the command exits 1."""
-    with asyncio.Runner() as runner:
-        task = runner.get_loop().create_task(main)
-        while True:
-            try:
-                return runner.run(_awaited(task))
-            except (SystemExit, KeyboardInterrupt) as exc:
-                from wf.engine._errors import sigint_may_raise
-
-                if task.done() or (isinstance(exc, KeyboardInterrupt) and sigint_may_raise()):
-                    raise  # the command's own end, or a real Ctrl-C (wf's handlers raise none)
-                whose = _raised_in_a_run(exc)
-                if whose is not None:
-                    _retrieved(exc)
-                    say(
-                        f"{_named(exc)} raised by code {whose}, left to the event loop outside "
-                        "its steps (not a signal): ignored, the worker goes on"
-                    )
-                    continue
-                say(
-                    f"{_named(exc)} raised by code on the event loop (not a signal) ended the "
-                    "process; runs in flight resume from their journals"
-                )
-                raise SystemExit(1) from None
-
-
-async def _awaited(task: asyncio.Task[T]) -> T:
-    return await task
-
-
-def _named(exc: BaseException) -> str:
-    """``SystemExit(4)``, ``KeyboardInterrupt``."""
-    return (
-        f"{type(exc).__name__}({', '.join(map(repr, exc.args))})"
-        if exc.args
-        else (type(exc).__name__)
-    )
-
-
-def _raised_in_a_run(exc: BaseException) -> str | None:
-    """``in run ID (step 'NAME')``, when the loop's callback that raised ``exc`` ran in a
-    run's context (its traceback holds the callback's handle, which holds the context)."""
-    from wf.engine._context import _current_run, _current_step
-
-    for handle in _handles(exc):
-        context = getattr(handle, "_context", None)
-        if context is None:
-            continue
-        run = context.get(_current_run)
-        if run is None:
-            continue
-        step = context.get(_current_step)
-        return f"in run {run.run_id}" + (f" (step {step.name!r})" if step is not None else "")
-    return None
-
-
-def _retrieved(exc: BaseException) -> None:
-    """Mark the exception of the task that raised ``exc`` (if a task did) as retrieved: it
-    is said already, asyncio would also print it with a traceback when the task goes."""
-    for handle in _handles(exc):
-        task = getattr(getattr(handle, "_callback", None), "__self__", None)
-        if isinstance(task, asyncio.Future) and task.done() and not task.cancelled():
-            task.exception()
-
-
-def _handles(exc: BaseException) -> list[asyncio.Handle]:
-    """The loop's callbacks in the traceback of ``exc``, innermost last."""
-    found = []
-    tb = exc.__traceback__
-    while tb is not None:
-        frame = tb.tb_frame
-        tb = tb.tb_next
-        if frame.f_code is _HANDLE_RUN:
-            handle = frame.f_locals.get("self")
-            if isinstance(handle, asyncio.Handle):
-                found.append(handle)
-    return found
-
-
-_HANDLE_RUN = asyncio.Handle._run.__code__
-"""The frame of a loop's callback (a task's step among them): it holds the handle."""

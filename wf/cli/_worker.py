@@ -17,7 +17,7 @@ import typer
 from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 from wf.cli._logformat import log as _wf_log
-from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck, run_contained
+from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck
 
 if TYPE_CHECKING:
     from wf import RunRecord
@@ -99,6 +99,8 @@ def worker_command(
     # imported is a usage error now, not a run failing later.
     for module in setting("modules"):
         load_module(module)
+    from wf.admin._engines import run_contained
+
     with logging_to_stderr(log_format, quiet=quiet):
         code = run_contained(
             _work(
