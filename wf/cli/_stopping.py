@@ -68,7 +68,12 @@ def leave_despite_threads(code: int, grace: float, say: Callable[[str], None]) -
     library's non-daemon pool) are still alive, say so in one line naming them, give them up
     to ``grace`` seconds to end, and exit with ``code`` without them (the interpreter would
     wait for them forever). A SIGTERM or Ctrl-C meanwhile exits at once with 130. Returns at
-    once when no such thread is alive."""
+    once when no such thread is alive, or when the process is not the ``wf`` command's own
+    (a program that runs the command in itself owns its threads and its exit)."""
+    from wf.cli import owns_interpreter
+
+    if not owns_interpreter() or threading.current_thread() is not threading.main_thread():
+        return
     left = lingering_threads()
     if not left:
         return
