@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.serve.conftest import Api
@@ -910,3 +911,122 @@ async def test_a_stream_whose_name_file_is_damaged_is_read_by_its_name(
         assert (answer.status_code, answer.content) == (200, b"line 0\nline 1\n")
     other = await api.client.get(f"/api/v1/runs/{run_id}/streams/other")
     assert other.status_code == 404 and "no stream 'other'" in other.json()["error"]["message"]
+
+
+async def test_long_bodies_and_log_waits_end_when_the_server_stops(live: Api) -> None:
+    # SIGTERM sets ``stopping``: an event stream, a followed byte stream and a ``logs?wait``
+    # end then, as ``result?wait`` does, instead of being cut off by uvicorn's shutdown 5 s
+    # later with a CancelledError traceback and a plain-text 500.
+    api = live
+    run_id = await api.start("napper", 1000)
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    opened: list[str] = []
+
+    async def body(path: str, **params: Any) -> tuple[int, bytes, bool]:
+        async with api.client.stream("GET", path, params=params) as response:
+            opened.append(path)
+            got, whole = b"", True
+            try:
+                async for chunk in response.aiter_raw():
+                    got += chunk
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                whole = False  # ended without its last chunk: not taken for a whole one
+            return response.status_code, got, whole
+
+    events = asyncio.ensure_future(body("/api/v1/events"))
+    run_events = asyncio.ensure_future(body("/api/v1/events", run=run_id))
+    logs = asyncio.ensure_future(
+        api.client.get(f"/api/v1/runs/{run_id}/logs", params={"wait": 100})
+    )
+    async with asyncio.timeout(10):
+        while len(opened) < 2:
+            await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+    assert not (events.done() or run_events.done() or logs.done())
+    started = time.monotonic()
+    api.app.state.wf.stopping.set()  # what SIGTERM sets first (``wf.serve._run``)
+    async with asyncio.timeout(3):
+        answered = await logs
+        status, text, whole = await events
+        run_status, run_text, run_whole = await run_events
+    assert time.monotonic() - started < 2.5
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["entries"] == []
+    assert answered.headers["content-type"] == "application/json"
+    assert (status, whole) == (200, True) and text.startswith(b"retry: 2000")
+    assert (run_status, run_whole) == (200, True) and b"suspended" in run_text
+
+
+async def test_a_followed_stream_is_cut_when_the_server_stops(live: Api) -> None:
+    # A reader following a stream learns that it did not get all of it (no last chunk), not
+    # that the stream ended.
+    api = live
+    run_id = await api.start("streams_once_approved", "stop1")
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    reading = asyncio.ensure_future(api.client.get(f"/api/v1/runs/{run_id}/streams/default"))
+    await asyncio.sleep(0.3)
+    assert not reading.done()
+    api.app.state.wf.stopping.set()
+    with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+        await asyncio.wait_for(reading, 3)
+
+
+async def test_a_store_failure_under_open_bodies_is_one_line_each(
+    live: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The store fails (Redis went away) while event streams and a followed byte stream are
+    # open: each body ends (cut short) and the server logs one line for it, no traceback.
+    import logging
+
+    from wf import StoreUnavailable
+
+    api = live
+    run_id = await api.start("streams_once_approved", "fail1")
+    await api.until(run_id, lambda d: d["status"] == "suspended")
+    store = api.engine.store
+    opened: list[str] = []
+
+    async def body(path: str, **params: Any) -> bool:
+        async with api.client.stream("GET", path, params=params) as response:
+            opened.append(path)
+            try:
+                async for _ in response.aiter_raw():
+                    pass
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                return False
+            return True
+
+    bodies = [
+        asyncio.ensure_future(body("/api/v1/events")),
+        asyncio.ensure_future(body("/api/v1/events", run=run_id)),
+        asyncio.ensure_future(body(f"/api/v1/runs/{run_id}/streams/default")),
+    ]
+    async with asyncio.timeout(10):
+        while len(opened) < 3:
+            await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("Redis at redis://x failed: Connection refused")
+
+    api.engine.may_drive = False
+    for name in (
+        "get_run",
+        "read_journal",
+        "list_runs",
+        "wait_for_run",
+        "wait_for_change",
+        "stream_info",
+    ):
+        monkeypatch.setattr(store, name, down)
+    caplog.set_level(logging.INFO)
+    async with asyncio.timeout(30):
+        ended = await asyncio.gather(*bodies)
+    assert ended == [False, False, False]
+    await asyncio.sleep(0.2)
+    failed = [r for r in caplog.records if "Connection refused" in r.getMessage()]
+    assert len(failed) == 3, [r.getMessage() for r in caplog.records]
+    assert all(r.exc_info is None for r in caplog.records), [
+        r.getMessage() for r in caplog.records if r.exc_info
+    ]
+    assert not [r for r in caplog.records if "ASGI" in r.getMessage()]

@@ -8,7 +8,8 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -249,9 +250,20 @@ async def read_logs(request: Request) -> Response:
         limit=params.integer(request, "limit", params.MAX_LIMIT, 1, params.MAX_LIMIT),
         step=request.query_params.get("step") or None,
         wait=params.number(request, "wait", 0.0, _MAX_WAIT),
-        gone=request.is_disconnected,
+        gone=_gone(request),
     )
     return ApiJSON(page.to_json())
+
+
+def _gone(request: Request) -> Callable[[], Awaitable[bool]]:
+    """Whether a wait for ``request`` is to end: its client went away, or the server begins
+    to stop (it answers then, as ``result?wait`` does, instead of being cut off later)."""
+    stopping = state(request).stopping
+
+    async def gone() -> bool:
+        return stopping.is_set() or await request.is_disconnected()
+
+    return gone
 
 
 async def read_stream(request: Request) -> Response:
@@ -274,36 +286,82 @@ async def read_stream(request: Request) -> Response:
         async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):
             yield chunk
 
-    return _StreamBody(
+    return _LongBody(
         body(),
+        request,
         abort_cut_off=abort,
+        cut_when_stopping=True,
         media_type="application/octet-stream",
         headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
     )
 
 
-class _StreamBody(StreamingResponse):
-    """A byte stream's body. One whose writer was cut off (``wf.StreamIncomplete``) ends
-    without the body's last chunk, as a connection that dropped does: every HTTP client then
-    says the body is incomplete (curl exits 18, ``fetch`` rejects), and no reader takes a
-    cut-off answer for a whole one. The run's ``stream_info`` says why (``complete: false``).
-    With ``abort_cut_off=False`` it ends as any body does (for a reader that asks the run)."""
+class _LongBody(StreamingResponse):
+    """A body that may go on for long: a byte stream's (followed), or server-sent events.
 
-    def __init__(self, content: Any, *, abort_cut_off: bool, **kwargs: Any) -> None:
+    It ends when the server begins to stop (``state.stopping``), as the ``?wait`` requests
+    answer then, instead of being cancelled by uvicorn's shutdown 5 s later with a traceback:
+    server-sent events end as any body (the browser connects again), a byte stream without
+    its last chunk (``cut_when_stopping``: its reader must not take it for the whole stream).
+
+    A store failure meanwhile (``wf.StoreError``: Redis went away) ends it without its last
+    chunk, and is one line of the server's log, as a failed request's is (``on_error``).
+
+    One whose writer was cut off (``wf.StreamIncomplete``) ends without the body's last
+    chunk, as a connection that dropped does: every HTTP client then says the body is
+    incomplete (curl exits 18, ``fetch`` rejects), and no reader takes a cut-off answer for a
+    whole one. The run's ``stream_info`` says why (``complete: false``). With
+    ``abort_cut_off=False`` it ends as any body does (for a reader that asks the run)."""
+
+    def __init__(
+        self,
+        content: Any,
+        request: Request,
+        *,
+        abort_cut_off: bool = True,
+        cut_when_stopping: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(content, **kwargs)
         self.abort_cut_off = abort_cut_off
+        self.cut_when_stopping = cut_when_stopping
+        self.stopping = state(request).stopping
+        self.path = request.url.path
 
     async def stream_response(self, send: Send) -> None:
-        from wf._exceptions import StreamIncomplete
+        from wf._exceptions import StoreError, StreamIncomplete
 
         await send(
             {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
         )
-        try:
+
+        async def pump() -> None:
             async for chunk in self.body_iterator:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except StreamIncomplete:
-            if self.abort_cut_off:
+
+        pumping = asyncio.ensure_future(pump())
+        stopped = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait({pumping, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            pumping.cancel()
+            raise
+        finally:
+            stopped.cancel()
+        if not pumping.done():  # the server begins to stop
+            pumping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pumping
+            if self.cut_when_stopping:
+                return
+        else:
+            try:
+                pumping.result()
+            except StreamIncomplete:
+                if self.abort_cut_off:
+                    return
+            except StoreError as exc:  # one line, no traceback (``on_error``'s for a request)
+                logging.getLogger("wf.serve").warning("GET %s: %s", self.path, exc)
                 return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -316,8 +374,9 @@ async def events(request: Request) -> Response:
     if one is not None:
         await existing_run(store, one)
     source = _run_events(request, one) if one else _store_events(request)
-    return StreamingResponse(
+    return _LongBody(
         source,
+        request,
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

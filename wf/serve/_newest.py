@@ -19,6 +19,11 @@ SHOWN = 100
 """How many of the newest runs a stream follows."""
 
 
+def _retrieved(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class NewestRuns:
     """The newest ``SHOWN`` runs of a store and a version that grows with each listing."""
 
@@ -37,6 +42,9 @@ class NewestRuns:
             return self.version, self.records
         if self._next is None or self._next.done():
             self._next = asyncio.ensure_future(self._list(wait=self.version > 0))
+            # Its failure (the store's) is each waiting stream's to tell, in one line: one
+            # that nobody waits for any more is no "exception never retrieved" traceback.
+            self._next.add_done_callback(_retrieved)
         # Shielded: a stream that goes away must not cancel the listing the others wait for.
         await asyncio.shield(self._next)
         return self.version, self.records
