@@ -312,3 +312,12 @@ async def waits_wide(token: str) -> object:
     """Waits for one payload of ``WidePayload`` on the hook ``token``."""
     hook = wf.create_hook(WidePayload, token=token)
     return await hook.next()
+
+
+@wf.workflow
+async def hook_under_timeout(token: str) -> object:
+    """Waits on the hook ``token`` for at most an hour: suspended with a wake-up time that
+    no wake-up ends (only the hook's payload, or the deadline)."""
+    hook = wf.create_hook(dict, token=token)
+    async with wf.timeout(3600):
+        return await hook.next()

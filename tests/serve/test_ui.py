@@ -672,3 +672,24 @@ async def test_a_step_log_line_of_the_wrong_shape_does_not_fail_the_run_page(api
         file.write(stray + b"\n")
     answer = await api.client.get(f"/runs/{run_id}")
     assert answer.status_code == 200
+
+
+async def test_a_run_no_wake_up_applies_to_has_no_wake_button(api: Api) -> None:
+    # Suspended on a hook under wf.timeout, the run has a wake-up time, but a wake-up ends
+    # none of its waits (the admin API refuses it): no Wake button, and a wake posted all the
+    # same flashes the refusal, not "Already ended.".
+    run_id = await api.start("hook_under_timeout", "tmo-ui")
+    detail = await api.until(run_id, lambda d: d["status"] == "suspended")
+    assert detail["wake_at"] is not None
+    page = (await api.client.get(f"/runs/{run_id}")).text
+    assert f'action="/runs/{run_id}/cancel"' in page
+    assert f'action="/runs/{run_id}/wake"' not in page
+    woken = await api.client.post(f"/runs/{run_id}/wake", data={"csrf": _csrf(page)})
+    assert woken.status_code == 303
+    shown = (await api.client.get(woken.headers["location"])).text
+    assert "Already ended." not in shown
+    assert "has no sleep to end" in shown and "tmo-ui" in shown
+    sleeping = await api.start("sleeper", 3600)
+    await api.until(sleeping, lambda d: d["status"] == "suspended")
+    page = (await api.client.get(f"/runs/{sleeping}")).text
+    assert f'action="/runs/{sleeping}/wake"' in page

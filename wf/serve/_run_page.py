@@ -8,7 +8,14 @@ import json
 from typing import Any
 
 from wf.admin import Explanation, Operation, Reason, RunDetail
-from wf.admin._words import SHOWN_BY_NAME, recovery_text, stream_state, visible, visible_json
+from wf.admin._words import (
+    SHOWN_BY_NAME,
+    nothing_to_wake,
+    recovery_text,
+    stream_state,
+    visible,
+    visible_json,
+)
 from wf.engine._webhooks import webhook_path
 from wf.serve._html import (
     SHOWN_LINE,
@@ -157,7 +164,11 @@ def header(detail: RunDetail, why: Explanation, csrf: str) -> str:
             )
         )
     sleeping = any(r.kind == "sleep" and r.status == "sleeping" for r in detail.steps)
-    if sleeping or (status == "suspended" and run.wake_at is not None):
+    # A wake-up time alone is no sleep to end (a hook under ``wf.timeout``, a step's retry):
+    # the button is shown only where the admin API would send the wake-up.
+    if sleeping or (
+        status == "suspended" and run.wake_at is not None and nothing_to_wake(run) is None
+    ):
         actions.append(action_button(base + "/wake", "Wake", csrf))
     if status == "failed":
         actions.append(action_button(base + "/retry", "Retry", csrf, tone="primary"))

@@ -201,6 +201,8 @@ async def run_action(request: Request) -> Response:
             )
         if action == "wake":
             result = await admin.wake(engine, run_id)
+            if result.refused is not None:  # suspended on what no wake-up ends
+                return _back(request, run_id, err=result.refused)
             return _back(
                 request, run_id, msg="Wake-up requested." if result.sent else "Already ended."
             )
