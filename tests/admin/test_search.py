@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -71,3 +72,25 @@ async def test_queue_group_and_deployment_filters_page_through(store: Store) -> 
     done = await admin.list_runs(store, group="g1", status=["completed"])
     assert [r.id for r in done.runs] == [runs[1].id]
     assert not (await admin.list_runs(store, group="g0", queue="mail")).runs
+
+
+async def test_a_damaged_run_searched_by_its_whole_id_is_named_in_damaged(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a search by a part of its id lists it: the page is not failed by its damage.
+    from wf import StoreCorrupted
+
+    good, bad = [await created(store, workflow="billing:charge") for _ in range(2)]
+    real = store.get_run
+
+    async def get_run(run_id: str) -> Any:
+        if run_id == bad.id:
+            raise StoreCorrupted(f"run {run_id}: its record is not valid JSON")
+        return await real(run_id)
+
+    monkeypatch.setattr(store, "get_run", get_run)
+    page = await admin.list_runs(store, search=bad.id)
+    assert page.runs == [] and page.next_before is None
+    assert [(f.kind, f.item) for f in page.damaged] == [("run", bad.id)]
+    assert "not valid JSON" in page.damaged[0].reason
+    assert [r.id for r in (await admin.list_runs(store, search=good.id)).runs] == [good.id]

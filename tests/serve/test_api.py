@@ -1030,3 +1030,28 @@ async def test_a_store_failure_under_open_bodies_is_one_line_each(
         r.getMessage() for r in caplog.records if r.exc_info
     ]
     assert not [r for r in caplog.records if "ASGI" in r.getMessage()]
+
+
+async def test_a_damaged_run_searched_by_its_id_is_named_not_a_failed_page(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wf import StoreCorrupted
+
+    run_id = await api.start("adder", [1, 2])
+    await api.result(run_id)
+    store = api.engine.store
+    real = store.get_run
+
+    async def get_run(wanted: str) -> Any:
+        if wanted == run_id:
+            raise StoreCorrupted(f"run {wanted}: its record is not valid JSON")
+        return await real(wanted)
+
+    monkeypatch.setattr(store, "get_run", get_run)
+    found = await api.client.get("/api/v1/runs", params={"search": run_id})
+    assert found.status_code == 200, found.text
+    assert found.json()["runs"] == []
+    assert [f["item"] for f in found.json()["damaged"]] == [run_id]
+    page = await api.client.get("/", params={"q": run_id})
+    assert page.status_code == 200, page.text
+    assert "not valid JSON" in page.text

@@ -231,7 +231,9 @@ async def _page(
     text = search.strip()
     if before is None:
         exact = await _by_id(store, text, filters)
-        if exact is not None:
+        if exact is _DAMAGED:
+            return RunPage([], None, 1)  # named in ``damaged``, as a scan names it
+        if isinstance(exact, RunRecord):
             return RunPage([exact], None, 1)
     named = await _by_name(store, text.lower(), filters, limit, before)
     if named is not None:
@@ -239,8 +241,14 @@ async def _page(
     return await _scan(store, text.lower(), filters, limit, before)
 
 
-async def _by_id(store: Store, text: str, filters: dict[str, Any]) -> RunRecord | None:
-    """The run whose id is ``text`` (as given, or in lower case), if it passes the filters."""
+_DAMAGED = object()
+"""``_by_id``'s answer for a run that exists but cannot be read (noted as a fault)."""
+
+
+async def _by_id(store: Store, text: str, filters: dict[str, Any]) -> RunRecord | object | None:
+    """The run whose id is ``text`` (as given, or in lower case), if it passes the filters;
+    ``_DAMAGED`` for one whose record cannot be read: it is noted as the page's damage (the
+    caller collects it), as a search by a part of its id names it, not the page's failure."""
     from wf._exceptions import UsageError
     from wf.store._ids import validate_run_id
 
@@ -250,6 +258,9 @@ async def _by_id(store: Store, text: str, filters: dict[str, Any]) -> RunRecord 
             record = await store.get_run(candidate)
         except (UsageError, RunNotFound):
             continue
+        except StoreCorrupted as damage:
+            store.faults.note("run", candidate, store.run_location(candidate), damage)
+            return _DAMAGED
         if _passes(record, filters):
             return record
     return None
