@@ -1055,3 +1055,31 @@ async def test_a_damaged_run_searched_by_its_id_is_named_not_a_failed_page(
     page = await api.client.get("/", params={"q": run_id})
     assert page.status_code == 200, page.text
     assert "not valid JSON" in page.text
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"options": "x"},
+        {"options": False},
+        {"options": []},
+        {"options": ""},
+        {"options": 0},
+        {"args": 0},
+        {"args": ""},
+        {"args": False},
+        {"kwargs": []},
+        {"kwargs": False},
+        {"kwargs": 0},
+        {"args": [], "kwargs": []},
+    ],
+)
+async def test_a_start_with_options_or_arguments_of_the_wrong_type_is_refused(
+    api: Api, extra: dict[str, Any]
+) -> None:
+    # Falsy or not, a value of the wrong type is a 400: it was taken for "none" when falsy.
+    body = {"target": "tests.serve.flows:wrong_output", **extra}  # takes no argument
+    answer = await api.client.post("/api/v1/runs", json=body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["type"] == "bad_request"
+    assert (await api.client.get("/api/v1/runs")).json()["runs"] == []

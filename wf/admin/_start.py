@@ -51,10 +51,12 @@ def with_options(workflow: Workflow[Any, Any], options: Mapping[str, Any] | None
     """``workflow.with_options(**options)`` for options that came as JSON or from a command
     line: ``at`` may be ISO 8601 text; a value Python options never see (a 1e999-sized
     integer, a wrong type) is a ``wf.UsageError``, not a crash."""
+    if options is None:
+        return workflow
+    if not isinstance(options, Mapping):  # false, [], "" too: not "no options"
+        raise UsageError("options: expected an object of run options")
     if not options:
         return workflow
-    if not isinstance(options, Mapping):
-        raise UsageError("options: expected an object of run options")
     at = options.get("at")
     if isinstance(at, str):
         import datetime as dt
@@ -102,9 +104,11 @@ def run_request(
     if args is not None or kwargs is not None:
         if input is not None:
             raise UsageError('give "input" or "args"/"kwargs", not both')
-        if not isinstance(args or [], list | tuple) or not isinstance(kwargs or {}, Mapping):
+        args = () if args is None else args
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(args, list | tuple) or not isinstance(kwargs, Mapping):
             raise UsageError('"args" is an array and "kwargs" an object')
-        bound_args, bound_kwargs = tuple(args or ()), dict(kwargs or {})
+        bound_args, bound_kwargs = tuple(args), dict(kwargs)
     else:
         bound_args, bound_kwargs = bind_input(workflow.fn, input)
     return RunRequest(with_options(workflow, options), bound_args, dict(bound_kwargs), target)

@@ -86,9 +86,11 @@ async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
     request = run_request(
         workflow,
         body.get("input"),
-        args=(body.get("args") or []) if direct else None,
-        kwargs=(body.get("kwargs") or {}) if direct else None,
-        options=body.get("options") or None,
+        # Only null is "none": a falsy value of another type (false, "", 0) is refused as
+        # any value of the wrong type is.
+        args=_given(body.get("args"), []) if direct else None,
+        kwargs=_given(body.get("kwargs"), {}) if direct else None,
+        options=body.get("options"),
         target=canonical,
     )
     run_id = body.get("id")
@@ -98,6 +100,10 @@ async def start(server: ServerState, body: Any) -> tuple[RunRecord, bool]:
         server.engine, request, run_id=run_id, detach=not server.drive
     )
     return record, created
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
 
 
 async def retry(server: ServerState, run_id: str) -> str:
