@@ -148,6 +148,10 @@ async def test_a_change_from_a_page_on_another_name_is_refused(
         "http://localhost:3000",
         "http://127.0.0.1",
         "https://wf.example.com:8443",
+        # The --base-url's host on another scheme or port is another origin.
+        "http://wf.example.com",
+        "http://wf.example.com:443",
+        "https://wf.example.com:80",
         "null",
         "file://",
         # This server's name with what no Origin header carries after it.
@@ -158,7 +162,13 @@ async def test_a_change_from_a_page_on_another_name_is_refused(
     ]:
         refused = await client.post(f"/api/v1/runs/{MISSING}/cancel", headers={"Origin": origin})
         assert refused.status_code == 403, (origin, refused.text)
-    for origin in ["http://127.0.0.1:8420", "http://localhost:8420", "https://wf.example.com"]:
+    for origin in [
+        "http://127.0.0.1:8420",
+        "http://localhost:8420",
+        "https://wf.example.com",
+        "https://wf.example.com:443",
+        "https://WF.example.com",
+    ]:
         allowed = await client.post(f"/api/v1/runs/{MISSING}/cancel", headers={"Origin": origin})
         assert allowed.status_code == 404, (origin, allowed.text)
 

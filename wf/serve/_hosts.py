@@ -51,10 +51,15 @@ class ServedHosts:
 
     def __init__(self, names: Iterable[str] = ()) -> None:
         self.named: set[tuple[str, int | None]] = set()
+        self.origins: set[tuple[str | None, str, int | None]] = set()
+        """The names as an ``Origin`` is compared with them: (scheme, host, port), the scheme
+        None (either) for a name given as ``host[:port]``, the port None (any) too if none."""
         for name in names:
             found = _parse_name(name)
             if found is not None:
                 self.named.add(found)
+                scheme = urllib.parse.urlsplit(name).scheme.lower() if "://" in name else None
+                self.origins.add((scheme, *found))
 
     def serves(self, host: str | None, scheme: str, server: tuple[str, int | None] | None) -> bool:
         """Whether a request with this ``Host`` header, on a connection to ``server`` (the
@@ -88,7 +93,23 @@ class ServedHosts:
             return False
         if "?" in origin or "#" in origin:  # a query or fragment: no Origin a browser sends
             return False
-        return self.serves(parts.netloc, parts.scheme, server)
+        if not self.serves(parts.netloc, parts.scheme, server):
+            return False
+        found = split_host(parts.netloc)
+        if found is None:
+            return False
+        name, port = found
+        if name in LOOPBACK_NAMES or (server is not None and name == server[0].lower().strip("[]")):
+            return True  # its port is the connection's (``serves``)
+        # A name given: the same origin is the same scheme, host and port (the scheme's own
+        # when none is said): http://wf.example.com is not https://wf.example.com's site.
+        given = port if port is not None else _DEFAULT_PORTS[parts.scheme]
+        return any(
+            name == known
+            and (scheme is None or scheme == parts.scheme)
+            and (known_port is None or known_port == given)
+            for scheme, known, known_port in self.origins
+        )
 
 
 def _parse_name(name: str) -> tuple[str, int | None] | None:
