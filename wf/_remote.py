@@ -95,6 +95,22 @@ def seconds_variable(name: str, default: float) -> float:
     return seconds
 
 
+def check_token(token: str | None) -> str | None:
+    """``token`` if it can be sent as ``Authorization: Bearer <token>``: printable ASCII. A
+    ``UsageError`` saying why otherwise (a non-ASCII letter, a newline: httpx would fail
+    on it at the first request, with no word of the token)."""
+    if not token:
+        return token
+    bad = next((c for c in token if not (" " <= c <= "~")), None)
+    if bad is not None:
+        what = "a non-ASCII character" if ord(bad) > 0x7F else "a control character"
+        raise UsageError(
+            f"the token cannot go in an HTTP header: it holds {what} (at position "
+            f"{token.index(bad)}); a token is printable ASCII"
+        )
+    return token
+
+
 def check_timeout(value: object, name: str = "timeout") -> float:
     """``value`` as seconds above 0 and finite; a ``UsageError`` naming ``name`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -180,7 +196,7 @@ class RemoteClient:
 
             raise UsageError(f"httpx is not installed: {install_hint('serve')} adds it")
         self.url = url.rstrip("/")
-        self.token = token or None
+        self.token = check_token(token) or None
         self.timeout = timeout
         self._pools = _Pools()
         self._in_flight = 0
@@ -767,6 +783,10 @@ def remote_client() -> RemoteClient | None:
         return None
     key = (url, os.environ.get("WF_TOKEN"), os.environ.get("WF_TIMEOUT", ""))
     if _from_env is None or _from_env[0] != key:
+        try:
+            check_token(key[1])
+        except UsageError as exc:
+            raise UsageError(f"WF_TOKEN: {exc}") from None
         made = RemoteClient(url, key[1])
         if _from_env is not None:
             _from_env[1].close()

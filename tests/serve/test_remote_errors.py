@@ -288,3 +288,23 @@ def test_wf_dev_with_wf_url_says_it_works_on_the_store_here(
     first = result.stderr.splitlines()[0]
     assert first.startswith("hint: wf dev works on the store here (")
     assert f"not on the server at WF_URL ({URL})" in first
+
+
+@pytest.mark.parametrize("token", ["sécret-token", "secret\nX: y", "tab\there", "del\x7f"])
+def test_a_token_no_http_header_can_carry_is_bad_usage(
+    serve: Callable[[Handler], None], monkeypatch: pytest.MonkeyPatch, token: str
+) -> None:
+    # Said before any request, in one line (it was an "unexpected UnicodeEncodeError", exit 1,
+    # or httpx's "Illegal header value", exit 3).
+    import wf
+
+    serve(answering(200, {"runs": [], "next_before": None, "damaged": []}, WF))
+    monkeypatch.setenv("WF_TOKEN", token)
+    result = wf_cli("runs")
+    assert result.exit_code == 2, result.output
+    line = one_error(result)
+    assert "WF_TOKEN" in line and "HTTP header" in line, line
+    with pytest.raises(wf.UsageError, match="the token cannot go in an HTTP header"):
+        RemoteClient(URL, token)
+    with pytest.raises(wf.UsageError, match="the token cannot go in an HTTP header"):
+        wf.configure(url=URL, token=token)
