@@ -321,3 +321,9 @@ async def hook_under_timeout(token: str) -> object:
     hook = wf.create_hook(dict, token=token)
     async with wf.timeout(3600):
         return await hook.next()
+
+
+@wf.workflow
+async def echo(text: str) -> str:
+    """Its input, as its output."""
+    return text

@@ -1083,3 +1083,38 @@ async def test_a_start_with_options_or_arguments_of_the_wrong_type_is_refused(
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["type"] == "bad_request"
     assert (await api.client.get("/api/v1/runs")).json()["runs"] == []
+
+
+async def test_text_with_a_lone_surrogate_reads_the_same_in_a_listing_a_record_and_wf_run(
+    live: Api,
+) -> None:
+    # The record's values are wf's tagged JSON wherever a record is read whole (docs/cli.md
+    # "Values"): ``{"$t": "str", ...}`` for text UTF-8 cannot carry, in GET /runs as in
+    # GET /runs/{id}, and a remote record (``wf run --json`` over WF_URL) as a local one.
+    from wf import admin
+    from wf._remote import RemoteClient
+    from wf.admin._http import HttpAdmin
+
+    api = live
+    body = json.dumps({"target": "tests.serve.flows:echo", "input": ["Hello, \ud800!"]})
+    started = await api.client.post(
+        "/api/v1/runs", content=body, headers={"content-type": "application/json"}
+    )
+    assert started.status_code == 201, started.text
+    run_id = started.json()["id"]
+    await api.result(run_id)
+    stored = (await api.engine.store.get_run(run_id)).to_json()
+    assert stored["output"]["$t"] == "str"
+    listed = (await api.client.get("/api/v1/runs")).json()["runs"][0]
+    detail = (await api.client.get(f"/api/v1/runs/{run_id}", params={"events": "false"})).json()
+    assert listed["output"] == detail["output"] == stored["output"]
+    assert listed["input"] == detail["input"] == stored["input"]
+    remote = RemoteClient(str(api.client.base_url))
+    assert (await remote.run(run_id).record()).output == stored["output"]
+    ended = await HttpAdmin(remote).ended(run_id)
+    local = await admin.LocalAdmin(api.engine).ended(run_id)
+    assert ended.output == local.output == stored["output"]
+    # A run's detail shows the text itself, locally and remotely alike.
+    shown = await HttpAdmin(remote).run_detail(run_id)
+    assert shown.run.output == (await admin.run_detail(api.engine.store, run_id)).run.output
+    assert shown.run.output == "Hello, \ud800!"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wf.admin._explain import explain
+from wf.admin._read import tagged
 from wf.admin._words import why_line
 
 if TYPE_CHECKING:
@@ -28,6 +29,10 @@ def detail_json(detail: RunDetail) -> dict[str, Any]:
     journal, failures, hooks, streams, relatives, races, compensations, deployment, replay
     check, queue state, schedule, recoveries and the undelivered inbox."""
     data = detail.to_json(spans=True)
+    # The record as it is stored (as a listing gives it): its values in wf's tagged JSON, text
+    # UTF-8 cannot carry too, which the detail shows as text.
+    for field in ("input", "output"):
+        data["run"][field] = tagged(data["run"][field])
     explanation = explain(detail)
     why = why_line(explanation, detail.now)
     if detail.cancel_requested and not detail.run.status.is_terminal:

@@ -32,7 +32,7 @@ from wf.admin._model import (
     StoreInfo,
     StreamInfo,
 )
-from wf.admin._read import JOURNAL_PAGE, check_journal_page
+from wf.admin._read import JOURNAL_PAGE, check_journal_page, readable
 from wf.store import Fault, HookRecord, RunRecord
 
 if TYPE_CHECKING:
@@ -69,8 +69,12 @@ def detail_of(data: dict[str, Any], now: float) -> RunDetail:
     parent = data.get("parent")
     queue = data.get("queue") or {}
     record = detail_record(data)
+    # Its values shown as the local detail shows them (text with lone surrogates as text).
+    shown = dataclasses.replace(
+        record, input=readable(record.input), output=readable(record.output)
+    )
     return RunDetail(
-        run=record,
+        run=shown,
         steps=[
             Operation(**{**row, "spans": [Attempt(**span) for span in row.get("spans", [])]})
             for row in data["steps"]

@@ -326,6 +326,25 @@ def readable(value: Any) -> Any:
     return {key: readable(item) for key, item in value.items()}
 
 
+def tagged(value: Any) -> Any:
+    """``readable``'s inverse: each text holding lone surrogates as its codec tag again
+    (``{"$t": "str", "v": <base64>}``), as the store keeps it: the form a record is read in
+    whole (``wf run --json``, ``GET /api/v1/runs``; ``docs/cli.md``, Values)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            from wf.engine._codec import encode
+
+            return encode(value)
+        return value
+    if isinstance(value, list):
+        return [tagged(item) for item in value]
+    if isinstance(value, dict):
+        return {key: tagged(item) for key, item in value.items()}
+    return value
+
+
 async def existing_run(store: Store, run_id: str) -> RunRecord:
     """The run's record; ``wf.ResultExpired`` (saying when retention deleted it) for a run
     that was deleted, ``wf.RunNotFound`` for one that never was."""
