@@ -212,6 +212,10 @@ class ServerUnavailable(StoreError):
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.unreached = False
+        """No answer came: the server refused the connection or dropped it (not a timeout)."""
+        self.cut = False
+        """An answer began and was cut off (a followed body the server's stop ended)."""
 
 
 class NondeterminismError(WFError):

@@ -19,8 +19,8 @@ import math
 import os
 import time
 import urllib.parse
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 from wf._exceptions import (
     HookError,
@@ -42,6 +42,8 @@ from wf.engine._run import Run, run_failed
 from wf.engine._watch import RunEvent
 from wf.store import RunRecord, RunStatus
 from wf.store._limits import check_key, check_name
+
+T = TypeVar("T")
 
 _LONG_POLL = 30.0
 
@@ -67,6 +69,18 @@ _RETRIED = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 the server dropped): the same request twice does what it does once. A ``POST`` (a start, a
 hook's payload without an idempotency key) is not: its failure is ``ServerUnavailable``, as any
 other."""
+
+
+RIDE_OUT = 300.0
+"""Seconds a follow (``wf run``'s wait, ``wf logs -f``, ``wf watch``, ``wf stream -f``, ``wf
+cancel``'s wait) keeps asking a server it reached before and can no longer reach (a restart,
+a deploy): as a local command rides out a store outage (``OUTAGE_LIMIT``)."""
+RIDE_OUT_RETRY = (0.5, 5.0)
+"""Seconds before the first try again, and at most between two (doubling)."""
+
+say_outage: Callable[[str], None] | None = None
+"""Where a ride-out's two lines go (the server does not answer; it answers again): the CLI
+sets it to its stderr; else the ``wf.remote`` logger's warnings."""
 
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -331,7 +345,24 @@ class RemoteClient:
             why = f"timed out after {timeout:g} s" + (f" ({exc})" if str(exc) else "")
             limit = "WF_TIMEOUT or wf.configure(timeout=...) sets the limit"
             why += f" ({type(exc).__name__}; {limit})"
-        return ServerUnavailable(f"cannot reach the wf server at {self.url}: {why}")
+        error = ServerUnavailable(f"cannot reach the wf server at {self.url}: {why}")
+        # Refused or dropped (not slow): what a restart looks like, which a follow rides out.
+        error.unreached = not isinstance(exc, httpx.TimeoutException)
+        return error
+
+    async def riding_out(self, request: Callable[[], Awaitable[T]]) -> T:
+        """``request()``'s answer; while the server cannot be reached (refused, dropped: a
+        restart), ``request()`` again after 0.5 s, then up to every 5 s, for up to
+        ``RIDE_OUT`` seconds (``Outage``). For a follow of a server it reached already."""
+        outage = Outage(self)
+        while True:
+            try:
+                answer = await request()
+            except ServerUnavailable as exc:
+                await outage.failed(exc)
+                continue
+            outage.answered()
+            return answer
 
     def not_wf(self, what: str, status: int | None = None) -> ServerUnavailable:
         """The error of an answer no wf server of this API version gives."""
@@ -428,6 +459,47 @@ class RemoteClient:
         if not isinstance(answer, dict):
             raise self.not_wf("its answer to GET /runs is not a JSON object")
         return answer
+
+
+class Outage:
+    """A follow's wait for a server it can no longer reach: ``failed(error)`` sleeps before
+    the next try (0.5 s, doubling up to 5 s) and says once that the server does not answer,
+    or raises ``error`` when it is no such failure (an answer, a timeout) or past
+    ``RIDE_OUT`` seconds; ``answered()`` says once that it answers again."""
+
+    def __init__(self, client: RemoteClient) -> None:
+        self.client = client
+        self.since: float | None = None
+        self.pause = RIDE_OUT_RETRY[0]
+
+    async def failed(self, error: ServerUnavailable) -> None:
+        if not getattr(error, "unreached", False):
+            raise error
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now
+            _say(f"{error}; trying again for up to {RIDE_OUT:g}s")
+        elif now - self.since >= RIDE_OUT:
+            raise error
+        await asyncio.sleep(self.pause)
+        self.pause = min(self.pause * 2, RIDE_OUT_RETRY[1])
+
+    def answered(self) -> None:
+        if self.since is not None:
+            _say(
+                f"the wf server at {self.client.url} answers again "
+                f"(after {time.monotonic() - self.since:.1f}s)"
+            )
+            self.since, self.pause = None, RIDE_OUT_RETRY[0]
+
+
+def _say(line: str) -> None:
+    if say_outage is not None:
+        say_outage(line)
+    else:
+        import logging
+
+        logging.getLogger("wf.remote").warning("%s", line)
 
 
 def _closed_client(exc: RuntimeError) -> bool:
@@ -703,9 +775,10 @@ class RemoteRun(Run[Any]):
         if ended and info.get("complete") is False:
             raise StreamIncomplete(self.id, name, str(info.get("cut_step") or "?"))
         if cut is not None:
-            raise ServerUnavailable(
-                f"the wf server at {url} ended the stream early: {cut}"
-            ) from None
+            error = ServerUnavailable(f"the wf server at {url} ended the stream early: {cut}")
+            error.unreached = True  # dropped (the server stops, say): a follow reads on
+            error.cut = True
+            raise error from None
 
     async def watch(self) -> AsyncIterator[RunEvent]:
         """The run's events (``wf.RunEvent``) as they happen, until the terminal one: the

@@ -391,3 +391,17 @@ async def test_a_step_that_lost_a_select_is_shown_cancelled_not_running(
         "never_ends": "cancelled",  # not "interrupted": the resumed run will not run it again
         "held_after_race": "completed",
     }
+
+
+async def test_ended_with_hooks_only_returns_once_only_the_outside_finishes_the_run(
+    wf_engine: Engine,
+) -> None:
+    # What `wf run` returns on, locally as over HTTP: a run waiting for hooks alone.
+    client = admin.LocalAdmin(wf_engine)
+    run = await wf.start(waits_on_hook, detach=True)
+    record = await asyncio.wait_for(client.ended(run.id, hooks_only=True), 20)
+    assert record.status.value == "suspended"
+    assert [item["kind"] for item in record.waiting_for or []] == ["hook"]
+    done = await wf.start(doubling, 2, detach=True)
+    ended = await asyncio.wait_for(client.ended(done.id, hooks_only=True), 20)
+    assert ended.status.value == "completed"

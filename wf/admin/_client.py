@@ -166,8 +166,10 @@ class Admin(Protocol):
         ``wf.UsageError`` for a run that has not failed."""
         ...
 
-    async def ended(self, run_id: str) -> RunRecord:
-        """Wait until the run has ended (driving it here if the backend may); its record."""
+    async def ended(self, run_id: str, *, hooks_only: bool = False) -> RunRecord:
+        """Wait until the run has ended (driving it here if the backend may); its record.
+        ``hooks_only``: also return once it waits for hooks alone with nothing in its inbox
+        (only the outside finishes it: ``wf run`` returns then, unless ``--wait``)."""
         ...
 
     def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
@@ -413,12 +415,42 @@ class LocalAdmin:
     async def retry(self, run_id: str) -> str:
         return await _control.retry(self.engine, run_id)
 
-    async def ended(self, run_id: str) -> RunRecord:
+    async def ended(self, run_id: str, *, hooks_only: bool = False) -> RunRecord:
         from wf._exceptions import RunCancelled, RunFailed
+        from wf.admin._feed import wait_for_run
+        from wf.admin._words import outside_only
 
         run = _control._run(self.engine, run_id)
-        with contextlib.suppress(RunFailed, RunCancelled):
-            await run.result()
+
+        async def result() -> None:
+            with contextlib.suppress(RunFailed, RunCancelled):
+                await run.result()
+
+        if not hooks_only:
+            await result()
+            return await run.record()
+        ending = asyncio.ensure_future(result())
+        try:
+            while not ending.done():
+                record = await run.record()
+                if record.status.is_terminal:
+                    break
+                # Not while driven here: the suspension read may be one the drive ends.
+                if (
+                    outside_only(record)
+                    and self.driving(run.id) is None
+                    and not await self.store.read_inbox(run.id)
+                ):
+                    return record
+                waiting = asyncio.ensure_future(wait_for_run(self.store, run.id, 0.5))
+                await asyncio.wait({ending, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+            await ending  # its error, if any
+        finally:
+            if not ending.done():
+                ending.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await ending
         return await run.record()
 
     def watch(self, run_id: str) -> AsyncIterator[RunEvent]:

@@ -7,13 +7,14 @@ a store or imports the workflows' code.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import functools
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from wf._exceptions import ServerUnavailable as ServerUnavailableError
 from wf.admin._explain import explain
 from wf.admin._model import (
     Attempt,
@@ -34,6 +35,8 @@ from wf.admin._model import (
 )
 from wf.admin._read import JOURNAL_PAGE, check_journal_page, readable
 from wf.store import Fault, HookRecord, RunRecord
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from wf._remote import RemoteClient
@@ -259,15 +262,13 @@ class HttpAdmin:
         return results
 
     async def _ended(self, result: ControlResult) -> ControlResult:
-        from wf._exceptions import RunCancelled, RunFailed
         from wf.store import RunStatus
 
         if not result.sent or RunStatus(result.status).is_terminal:
             return result
-        run = self.remote.run(result.run_id)
-        with contextlib.suppress(RunFailed, RunCancelled):
-            await run.result()
-        return dataclasses.replace(result, status=(await run.status()).value)
+        # Its own ``wait`` ended at the server's stop: a restart is ridden out.
+        record = await self.ended(result.run_id)
+        return dataclasses.replace(result, status=record.status.value)
 
     async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
         answer = await self.remote.call("POST", _path(run_id, "/wake"), params={"wait": "false"})
@@ -285,15 +286,35 @@ class HttpAdmin:
         record = await self.settle(result.run_id)
         return ControlResult(result.run_id, result.sent, record.status.value)
 
+    async def _following(self, reached: bool, request: Callable[[], Awaitable[T]]) -> T:
+        """``request()``, ridden out (``RemoteClient.riding_out``) once the server was
+        ``reached`` by this follow; else its failure at once (a wrong URL is said now)."""
+        return await (self.remote.riding_out(request) if reached else request())
+
     async def follow_stream(
         self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
     ) -> AsyncIterator[bytes]:
+        from wf._exceptions import ServerUnavailable
+        from wf._remote import Outage
         from wf.store._ids import validate_run_id
 
-        async for chunk in self.remote.run(validate_run_id(run_id)).read_stream(
-            name, start, follow=follow
-        ):
-            yield chunk
+        run = self.remote.run(validate_run_id(run_id))
+        outage = Outage(self.remote)
+        at, reached = start, False
+        while True:
+            try:
+                async for chunk in run.read_stream(name, at, follow=follow):
+                    outage.answered()
+                    reached = True
+                    at += len(chunk)
+                    yield chunk
+                return
+            except ServerUnavailable as exc:
+                # Cut off by the server's stop (a restart): read on from where it was.
+                reached = reached or exc.cut
+                if not (follow and reached and start >= 0):
+                    raise
+                await outage.failed(exc)
 
     async def follow_logs(
         self, run_id: str, *, step: str | None = None, follow: bool = False
@@ -333,14 +354,22 @@ class HttpAdmin:
     async def _follow_logs(
         self, run_id: str, *, step: str | None = None, follow: bool = False
     ) -> AsyncIterator[LogEntry]:
-        start = 0
+        start, reached = 0, False
         while True:
             params: dict[str, Any] = {"start": start, "wait": _LOG_WAIT if follow else 0}
             if step is not None:
                 params["step"] = step
-            page = await self.remote.call(
-                "GET", _path(run_id, "/logs"), params=params, timeout=self._poll(params["wait"])
+            page = await self._following(
+                reached,
+                functools.partial(
+                    self.remote.call,
+                    "GET",
+                    _path(run_id, "/logs"),
+                    params=params,
+                    timeout=self._poll(params["wait"]),
+                ),
             )
+            reached = follow  # a follow rides out a restart from now on
             with self.remote.reading("GET /runs/{id}/logs"):
                 entries: list[LogEntry] = list(page["entries"])
                 start = int(page["next_start"])
@@ -381,21 +410,118 @@ class HttpAdmin:
             raise UsageError(str(exc)) from None
         return self.remote.text(answer, "id", "POST /runs/{id}/retry")
 
-    async def ended(self, run_id: str) -> RunRecord:
+    async def ended(self, run_id: str, *, hooks_only: bool = False) -> RunRecord:
+        """The run's record once it ended (``hooks_only``: or once it waits for hooks alone,
+        nothing in its inbox: only the outside finishes it, ``wf run`` returns). A server
+        that stops answering meanwhile (a restart) is asked again (``RemoteClient.riding_out``,
+        up to ``RIDE_OUT`` seconds)."""
+        if hooks_only:
+            return await self._ended_or_hooks_only(run_id)
         while True:
-            result = await self.remote.call(
-                "GET", _path(run_id, "/result"), params={"wait": 30}, timeout=self._poll(30)
+            result = await self.remote.riding_out(
+                lambda: self.remote.call(
+                    "GET", _path(run_id, "/result"), params={"wait": 30}, timeout=self._poll(30)
+                )
             )
             with self.remote.reading("GET /runs/{id}/result"):
                 ended = result["status"] in _ENDED
             if ended:
-                return await self.remote.run(run_id).record()
+                return await self.remote.riding_out(self.remote.run(run_id).record)
 
-    async def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+    async def _ended_or_hooks_only(self, run_id: str) -> RunRecord:
+        """``ended(hooks_only=True)``: the run's change feed says when it changed; a
+        suspension is read whole (what it waits for, its inbox), as the local ``wf run``
+        reads it (``wf.admin._words.outside_only``)."""
+        from wf._remote import Outage, detail_record
+        from wf.admin._words import outside_only
+
+        run = self.remote.run(run_id)
+        outage = Outage(self.remote)
+        seen: tuple[Any, ...] | None = None
+        while True:
+            try:
+                async for change in self._feed(run_id):
+                    outage.answered()
+                    status = change.get("status")
+                    if status in _ENDED:
+                        return await self.remote.riding_out(run.record)
+                    key = (status, change.get("updated_at"), change.get("events"))
+                    if status != "suspended" or key == seen:
+                        continue
+                    seen = key
+                    data = await self.remote.riding_out(
+                        lambda: self.remote.call("GET", _path(run_id), params={"events": "false"})
+                    )
+                    with self.remote.reading("GET /runs/{id}"):
+                        record = detail_record(data)
+                        inbox = data.get("inbox")
+                    if record.status.is_terminal or (outside_only(record) and not inbox):
+                        return record
+            except ServerUnavailableError as exc:
+                await outage.failed(exc)
+            # The feed ended (the server stops): opened again, the run read again.
+            seen = None
+
+    async def _feed(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The run's changes (``GET /api/v1/events?run=ID``), each as the server tells it
+        (``id``, ``status``, ``updated_at``, ``events``), the first where it is now; it ends
+        when the server ends it (stopping). ``ServerUnavailable`` when unreachable."""
+        import json
+
+        import httpx
+
+        from wf._remote import API_HEADER, _answer
         from wf.store._ids import validate_run_id
 
-        async for event in self.remote.run(validate_run_id(run_id)).watch():
-            yield event
+        params = {"run": validate_run_id(run_id)}
+        # The server sends a keep-alive every 15 s: a read waits that long, and the answer's
+        # own time (``WF_TIMEOUT``) more.
+        timeout = httpx.Timeout(self.remote.timeout, read=15.0 + self.remote.timeout)
+        try:
+            async with self.remote.streaming(
+                "GET", "/events", params=params, timeout=timeout
+            ) as response:
+                if response.status_code >= 300 or API_HEADER not in response.headers:
+                    await response.aread()
+                    _answer(response, self.remote)
+                async for line in response.aiter_lines():
+                    if line.startswith("data: "):
+                        with self.remote.reading("GET /events"):
+                            change = json.loads(line[6:])
+                            if not isinstance(change, dict):
+                                raise TypeError("a change that is not an object")
+                        yield change
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise self.remote.unreachable(exc, None) from None  # dropped: the server stops
+        except httpx.TransportError as exc:
+            raise self.remote.unreachable(exc, self.remote.timeout) from None
+
+    async def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
+        from wf._remote import Outage
+        from wf.store._ids import validate_run_id
+
+        run = self.remote.run(validate_run_id(run_id))
+        outage = Outage(self.remote)
+        seen = 0  # events told: a watch opened again (after a restart) goes on after them
+        while True:
+            told = 0
+            try:
+                async for event in run.watch():
+                    outage.answered()
+                    told += 1
+                    if told <= seen and not event.is_terminal:
+                        continue
+                    seen = max(seen, told)
+                    yield event
+                    if event.is_terminal:
+                        return
+            except ServerUnavailableError as exc:
+                if not seen:
+                    raise
+                await outage.failed(exc)
+                continue
+            # The server ended the feed (it stops) before the run ended: opened again.
+            await outage.failed(_stopped(self.remote))
 
     async def changes(self, run_id: str | None = None) -> AsyncIterator[None]:
         """The server's change stream (``GET /api/v1/events``, server-sent events): one yield
@@ -585,6 +711,13 @@ def _fault(data: dict[str, Any]) -> Fault:
         data.get("again") is True,
         shown_as=shown_as if isinstance(shown_as, str) else "",
     )
+
+
+def _stopped(remote: RemoteClient) -> ServerUnavailableError:
+    """The error of a feed the server ended before the run did (it stops)."""
+    error = ServerUnavailableError(f"the wf server at {remote.url} ended the run's feed early")
+    error.unreached = True
+    return error
 
 
 def _text_or_none(value: object) -> str | None:

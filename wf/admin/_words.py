@@ -223,6 +223,20 @@ _NO_SLEEP = frozenset({"hook", "child", "timeout", "retry"})
 """Waits a wake-up does not end (it ends sleeps)."""
 
 
+def outside_only(record: RunRecord) -> bool:
+    """True when the suspended run waits for nothing but hooks: no timer, child or retry that
+    would end the wait by itself (``wf run`` then returns, unless ``--wait``)."""
+    from wf.store import RunStatus
+
+    waits = record.waiting_for or []
+    return (
+        record.status is RunStatus.SUSPENDED
+        and record.wake_at is None
+        and bool(waits)
+        and all(item["kind"] == "hook" for item in waits)
+    )
+
+
 def nothing_to_wake(record: RunRecord) -> str | None:
     """Why a wake-up of this run would end nothing (a suspended run that waits on no sleep),
     with what does end its wait; None when it may."""

@@ -160,7 +160,12 @@ def build_app(command: str | None = None) -> typer.Typer:
             False, "--version", callback=_version, is_eager=True, help="Show the version and exit."
         ),
     ) -> None:
-        pass
+        if os.environ.get("WF_URL"):
+            # A follow that rides out a server's restart says so on stderr, as a local one
+            # says a store outage (``wf._remote.Outage``).
+            from wf import _remote
+
+            _remote.say_outage = _say_outage
 
     modules = MODULES
     if command is not None:
@@ -192,3 +197,12 @@ def run_app(args: Sequence[str]) -> int:
     except Exception as exc:
         return report(exc)
     return 0
+
+
+def _say_outage(line: str) -> None:
+    """One line on stderr (best effort: a closed stderr must not end the wait)."""
+    from wf.admin._words import visible
+
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"wf: {visible(line)}\n")
+        sys.stderr.flush()

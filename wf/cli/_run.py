@@ -143,7 +143,14 @@ def run_command(
     if os.environ.get("WF_URL"):
         # The server imports the target and drives the run: no live view of steps here.
         remote = _run_remote(
-            target, data, run_id, options, detach=detach, as_json=as_json, quiet=quiet
+            target,
+            data,
+            run_id,
+            options,
+            detach=detach,
+            as_json=as_json,
+            quiet=quiet,
+            keep_waiting=wait,
         )
         exit_with(asyncio.run(remote))
     from wf.cli._stdout import stdout_to_stderr
@@ -422,9 +429,14 @@ async def _run_remote(
     detach: bool,
     as_json: bool,
     quiet: bool = False,
+    keep_waiting: bool = False,
 ) -> int:
     """``wf run`` with ``WF_URL``: the server imports the target, applies the run options and
-    drives the run; this waits for the result (long polls) unless ``--detach``."""
+    drives the run; this waits for the result (long polls) unless ``--detach``, and says what
+    the local command says (``_report_run``): a run that waits for hooks alone is left
+    waiting, its id printed (unless ``keep_waiting``: ``--wait``). Ctrl-C leaves the run to
+    the server; a server that restarts meanwhile is waited for (``wf._remote.RIDE_OUT``)."""
+    from wf._exceptions import ServerUnavailable
     from wf.admin import connect
     from wf.cli._control import say_who_drives
 
@@ -442,7 +454,34 @@ async def _run_remote(
                     await _say_queued_remote(client, rid)
             return EXIT_OK
         await say_who_drives(client, rid)
-        return _print_outcome(await client.ended(rid), as_json=as_json)
+        interrupted = asyncio.Event()
+        waiting = asyncio.ensure_future(client.ended(rid, hooks_only=not keep_waiting))
+        stopper = asyncio.ensure_future(interrupted.wait())
+        try:
+            with _catch_sigint(interrupted):
+                await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            if not waiting.done():
+                waiting.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await waiting
+        if not waiting.done() or waiting.cancelled():
+            _say(
+                f"\ninterrupted: run {rid} continues durably on the wf server; "
+                f"`wf inspect {rid}` follows it"
+            )
+            return EXIT_INTERRUPTED
+        try:
+            record = waiting.result()
+        except ServerUnavailable as exc:
+            # The run is there whatever became of the server: the line names it, or a script
+            # that retries on the error would start it again.
+            raise ServerUnavailable(
+                f"{exc}; run {rid} goes on on the server (`wf inspect {rid}` follows it)",
+                exc.status,
+            ) from exc
+    return _report_run(rid, record, detach=False, as_json=as_json, quiet=quiet)
 
 
 async def _say_queued_remote(client: Admin, run_id: str) -> None:

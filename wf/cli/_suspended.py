@@ -14,26 +14,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wf.admin._words import clock_time, duration, visible, waiting_text
+from wf.admin._words import clock_time, duration, outside_only, visible, waiting_text
 
 if TYPE_CHECKING:
     from wf import RunRecord
     from wf.admin._follow import Follower
     from wf.cli._progress import Sink
-
-
-def outside_only(record: RunRecord) -> bool:
-    """True when the suspended run waits for nothing but hooks: no timer, child or retry that
-    would end the wait by itself."""
-    from wf import RunStatus
-
-    waits = record.waiting_for or []
-    return (
-        record.status is RunStatus.SUSPENDED
-        and record.wake_at is None
-        and bool(waits)
-        and all(item["kind"] == "hook" for item in waits)
-    )
 
 
 def _hooks(record: RunRecord) -> list[str]:
