@@ -4,6 +4,7 @@ restart of the server (``wf._remote.RIDE_OUT``): ``wf run``'s wait, ``wf watch``
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -45,6 +46,18 @@ def _until(served: Served, run_id: str, status: str) -> None:
             return
         assert time.monotonic() < deadline, f"run {run_id} never {status}"
         time.sleep(0.05)
+
+
+def _connections(port: int) -> int:
+    """How many TCP connections to ``port`` on this machine are open (Linux's /proc)."""
+    found = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as lines:
+            for line in list(lines)[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                    found += 1
+    return found
 
 
 def test_a_remote_run_waiting_for_hooks_alone_returns_with_its_id(served: Served) -> None:
@@ -90,6 +103,7 @@ def test_ctrl_c_says_the_run_goes_on_on_the_server(served: Served) -> None:
     assert "`wf inspect c1`" in err
 
 
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc")
 def test_remote_follows_ride_out_a_restart_of_the_server(tmp_path: Path) -> None:
     port = free_port()
     env = env_for(tmp_path)
@@ -107,8 +121,12 @@ def test_remote_follows_ride_out_a_restart_of_the_server(tmp_path: Path) -> None
             "watch": _spawn(served, "watch", "t1"),
             "logs": _spawn(served, "logs", "t1", "--follow"),
         }  # fmt: skip
-        time.sleep(8.0)  # each has started (Python's start takes a while on a busy machine)
-        assert all(p.poll() is None for p in followers.values())
+        deadline = time.monotonic() + 60
+        while _connections(port) < len(followers):  # each follows: a long poll or a feed
+            assert time.monotonic() < deadline, "the followers never followed"
+            assert all(p.poll() is None for p in followers.values())
+            time.sleep(0.1)
+        time.sleep(0.5)
         code, err = stop(served)  # a graceful stop: the running step finishes first
         assert code == 0, err
         time.sleep(1.0)  # nobody answers meanwhile
