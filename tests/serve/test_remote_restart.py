@@ -114,8 +114,15 @@ def test_remote_follows_ride_out_a_restart_of_the_server(tmp_path: Path) -> None
             json={"target": "tests.serve.flows:ticking", "input": [80, 0.25], "id": "t1"},
         )
         assert made.status_code == 201, made.text
+        streamed = httpx.post(
+            f"{served.url}/api/v1/runs",
+            json={"target": "tests.serve.flows:streaming", "input": [30, 0.2], "id": "s1"},
+        )
+        assert streamed.status_code == 201, streamed.text
         _until(served, "t1", "running")
+        _until(served, "s1", "running")
         followers = {
+            "stream": _spawn(served, "stream", "s1", "--follow"),
             "run": _spawn(served, "run", "tests.serve.flows:ticking", "--input", "[80, 0.25]",
                           "--id", "t1"),
             "watch": _spawn(served, "watch", "t1"),
@@ -140,4 +147,6 @@ def test_remote_follows_ride_out_a_restart_of_the_server(tmp_path: Path) -> None
         assert "trying again for up to 300s" in err, (name, err)
         assert "answers again" in err, (name, err)
     assert answers["run"][0].strip() == "80"
+    # Every line once, in order: read on from where the cut left it.
+    assert answers["stream"][0] == "".join(f"line {i}\n" for i in range(30))
     assert "completed" in answers["watch"][0]

@@ -300,14 +300,23 @@ class HttpAdmin:
 
         run = self.remote.run(validate_run_id(run_id))
         outage = Outage(self.remote)
-        at, reached = start, False
+        received, reached = 0, False
         while True:
+            # Read again after a restart: from ``start`` once more, the bytes received before
+            # left out (``start`` counts the stream's chunks, which HTTP does not keep apart).
+            skip = received
             try:
-                async for chunk in run.read_stream(name, at, follow=follow):
+                async for chunk in run.read_stream(name, start, follow=follow):
                     outage.answered()
                     reached = True
-                    at += len(chunk)
+                    if skip:
+                        if len(chunk) <= skip:
+                            skip -= len(chunk)
+                            continue
+                        chunk, skip = chunk[skip:], 0
+                    received += len(chunk)
                     yield chunk
+                outage.answered()
                 return
             except ServerUnavailable as exc:
                 # Cut off by the server's stop (a restart): read on from where it was.
