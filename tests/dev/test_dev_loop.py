@@ -814,3 +814,32 @@ def test_a_configured_grace_that_is_no_number_of_seconds_is_bad_input(
     assert done.stderr.startswith("error: WF_DEV_GRACE="), done.stderr
     assert "dev.grace must be a number >= 0" in done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_code_in_a_run_raising_systemexit_into_the_loop_does_not_end_wf_dev(
+    project: DevProject,
+) -> None:
+    # As for `wf worker` and `wf serve`: it ended wf dev with the code's exit status.
+    project.write(
+        "flows.py",
+        GREET
+        + """
+    import asyncio, sys
+
+    @wf.step
+    async def exits_in_a_callback() -> str:
+        asyncio.get_running_loop().call_soon(sys.exit, 4)
+        await asyncio.sleep(0.2)
+        return "after"
+
+    @wf.workflow
+    async def callback_exit() -> str:
+        return await exits_in_a_callback()
+""",
+    )
+    dev = project.dev("flows.py")
+    assert completed(project, project.enqueue("flows:callback_exit")) == "after"
+    assert completed(project, project.enqueue("flows:greet", "k")) == "hello k"
+    assert dev.proc.poll() is None
+    assert dev.stop() == 0
+    assert "SystemExit(4)" in dev.dump() and "not a signal" in dev.dump()

@@ -376,3 +376,34 @@ def test_sigterm_answers_the_waits_in_flight(tmp_path: Path) -> None:
     assert answers == [200] * 5
     assert "Traceback" not in err and "Exception in ASGI" not in err, err
     assert "Cancel" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("flow", "raised"),
+    [("callback_exit", "SystemExit(4)"), ("task_interrupt", "KeyboardInterrupt")],
+)
+def test_code_in_a_run_raising_systemexit_or_keyboardinterrupt_does_not_end_the_server(
+    tmp_path: Path, flow: str, raised: str
+) -> None:
+    """As for ``wf worker`` (``tests/cli/test_worker_exit.py``): raised outside the run's steps
+    into the event loop, it ended ``wf serve`` with the code's exit status, or as if
+    interrupted. The server says what and whose, and goes on serving and driving."""
+    served = spawn_server(env_for(tmp_path))
+    client = httpx.Client(base_url=served.url, timeout=30)
+    try:
+        started = client.post("/api/v1/runs", json={"target": f"tests.cli.exit_flows:{flow}"})
+        assert started.status_code == 201, started.text
+        answer = client.get(f"/api/v1/runs/{started.json()['id']}/result", params={"wait": 20})
+        assert answer.json()["status"] == "completed", answer.text
+        assert served.proc.poll() is None
+        beside = client.post(
+            "/api/v1/runs", json={"target": "tests.cli.exit_flows:beside", "input": 7}
+        )
+        done = client.get(f"/api/v1/runs/{beside.json()['id']}/result", params={"wait": 20})
+        assert done.json()["status"] == "completed", done.text
+    finally:
+        code, err = stop(served)
+    assert code == 0, err
+    said = [line for line in err.splitlines() if raised in line]
+    assert len(said) == 1 and "not a signal" in said[0], err
+    assert "Traceback" not in err

@@ -140,7 +140,9 @@ def _drive_reporter(report: Callable[[RunRecord, float], None]) -> Instrument:
 T = TypeVar("T")
 
 
-def run_contained(main: Coroutine[Any, Any, T], say: Callable[[str], None]) -> T:
+def run_contained(
+    main: Coroutine[Any, Any, T], say: Callable[[str], None], *, who: str = "the worker"
+) -> T:
     """``asyncio.run(main)`` for a command that drives runs, which code in a run cannot end.
 
     asyncio lets a ``SystemExit`` or a ``KeyboardInterrupt`` out of its event loop, whatever
@@ -148,8 +150,9 @@ def run_contained(main: Coroutine[Any, Any, T], say: Callable[[str], None]) -> T
     4)``, a task a step started and left running) stopped the loop and the command with it,
     silently with the code's exit status, or as if interrupted by Ctrl-C. Such an exception,
     raised by a callback of the loop that runs in a run's context, is said (``say``: what,
-    which run and step, not a signal) and the loop runs on where it stopped: the callbacks
-    after it are still queued. It costs nothing per task: only the loop's exit is watched.
+    which run and step, not a signal, and that ``who`` goes on) and the loop runs on where it
+    stopped: the callbacks after it are still queued. It costs nothing per task: only the
+    loop's exit is watched.
 
     Any other ends the command as before, but a ``SystemExit`` or ``KeyboardInterrupt`` while
     a handler of wf's takes SIGINT is no signal either (a Ctrl-C raises nothing then): it is
@@ -169,7 +172,7 @@ def run_contained(main: Coroutine[Any, Any, T], say: Callable[[str], None]) -> T
                     _retrieved(exc)
                     say(
                         f"{_named(exc)} raised by code {whose}, left to the event loop outside "
-                        "its steps (not a signal): ignored, the worker goes on"
+                        f"its steps (not a signal): ignored, {who} goes on"
                     )
                     continue
                 say(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import logging
 import os
 import signal
 import sys
@@ -106,7 +107,7 @@ def dev_command(
 
         raise UsageError("--input needs --run TARGET (the workflow the input is for)")
 
-    from wf.admin._engines import require_otel
+    from wf.admin._engines import require_otel, run_contained
 
     require_otel()  # WF_OTEL=1 without OpenTelemetry: every drive would fail on it
     options.import_wait = _import_wait()  # bad input, before the store is opened
@@ -116,7 +117,8 @@ def dev_command(
     options.store_path = store_dir().resolve()
     sink, close = _renderer(plain)
     try:
-        asyncio.run(_serve(store, options, sink))
+        # Code in a run cannot end wf dev (a SystemExit left to the loop): as `wf worker`.
+        run_contained(_serve(store, options, sink), logging.getLogger("wf.dev").error, who="wf dev")
     finally:
         close()
 

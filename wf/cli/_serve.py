@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -139,8 +138,11 @@ def _run(
     log_format: str,
 ) -> None:
     # The server's own lines, its worker's run outcomes and uvicorn's errors, all one way.
+    from wf.admin._engines import run_contained
+
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
-        asyncio.run(
+        # Code in a run cannot end the server (a SystemExit left to the loop): as `wf worker`.
+        run_contained(
             _serve(
                 host,
                 port,
@@ -150,7 +152,9 @@ def _run(
                 sock=sock,
                 forwarded_allow_ips=forwarded_allow_ips,
                 log_format=LogFormat(log_format),
-            )
+            ),
+            lambda line: emit(line, level=logging.ERROR),
+            who="the server",
         )
         # Threads a step started run on after the loop closed: never wait for them past the
         # grace (as ``wf worker``).
