@@ -86,3 +86,41 @@ async def test_the_numbers_of_deleted_runs_are_not_given_again(
     run = await created(local)
     assert run.seq == newest[-1].seq + _sequence.REBUILD_GAP + 1  # the tombstones' highest
     assert old.seq < newest[-1].seq
+
+
+async def test_verify_repairing_while_the_same_store_creates_never_gives_a_number_twice(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify`` runs in a worker thread and repairs with the store's own descriptor, while
+    the loop's creations take numbers from it: an ``flock`` on one open file never blocks
+    itself, so both saw the damage and both rebuilt; the creation handed out H+1,000,001,
+    the repair then wrote H+1,000,000 and the next creation got H+1,000,001 again."""
+    import threading
+
+    await created(local)
+    (root / "sequence").write_bytes(b"garbage")
+    scanning, go_on = threading.Event(), threading.Event()
+    scan = local.sequence._highest_in_use
+    calls = 0
+
+    def slow_scan() -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # the repair's: the creation comes meanwhile
+            scanning.set()
+            go_on.wait(10)
+        return scan()
+
+    monkeypatch.setattr(local.sequence, "_highest_in_use", slow_scan)
+    repairing = threading.Thread(target=local.sequence.repair)
+    repairing.start()
+    assert scanning.wait(10)
+    taken: list[int] = []
+    taking = threading.Thread(target=lambda: taken.append(local.sequence.take()))
+    taking.start()
+    taking.join(0.2)  # the fixed take waits for the repair; the unfixed one is done by now
+    go_on.set()
+    repairing.join(10)
+    taking.join(10)
+    assert taken[0] < local.sequence.take()
+    assert int((root / "sequence").read_bytes()) >= taken[0] + 1

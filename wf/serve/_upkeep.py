@@ -74,7 +74,11 @@ async def store_stats(request: Request) -> Response:
 
 
 async def verify(request: Request) -> Response:
-    """``GET /api/v1/store/verify``: every problem of the store, reported, never changed."""
+    """``GET /api/v1/store/verify``: every problem of the store (``wf store verify``, whose
+    remote form this is): what the store's ``verify`` puts right is put right, as on the
+    command line (a local store's counts, index entries, a damaged creation sequence, the
+    last under the lock its creations take, so a repair beside ``POST /runs`` gives no
+    number twice); nothing else is changed."""
     problems = await _admin(request).verify()
     return ApiJSON({"ok": not problems, "problems": problems})
 

@@ -24,10 +24,13 @@ same way (``repair``).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import os
+import threading
+from collections.abc import Iterator
 
 import orjson
 
@@ -64,6 +67,25 @@ class CreationSequence:
         self.path = os.path.join(root, SEQUENCE_FILE)
         self._root = root
         self._fd: int | None = None
+        # An ``flock`` on one open file never blocks its own holder: a repair in a worker
+        # thread (``verify``, also over the API) and a creation on the loop would both find
+        # the damage and both rebuild, the later writing the lower number.
+        self._thread_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _locked(self, why: str) -> Iterator[int]:
+        """The descriptor, held by this thread alone and ``flock``ed against other
+        processes (and other stores of this one)."""
+        with self._thread_lock:
+            fd = self._open()
+            try:
+                _waitlock.flock(fd, fcntl.LOCK_EX, self.path, why)
+            except OSError as error:
+                raise StoreError(f"cannot lock {self.path}: {error.strerror}") from error
+            try:
+                yield fd
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _open(self) -> int:
         if self._fd is None:
@@ -87,12 +109,7 @@ class CreationSequence:
         self._bump(number, step=0)
 
     def _bump(self, floor: int, *, step: int) -> int:
-        fd = self._open()
-        try:
-            _waitlock.flock(fd, fcntl.LOCK_EX, self.path, "taken to number a new run")
-        except OSError as error:
-            raise StoreError(f"cannot lock {self.path}: {error.strerror}") from error
-        try:
+        with self._locked("taken to number a new run") as fd:
             last, rebuilt = self._read(fd)
             number = max(last, floor) + step
             if number != last or rebuilt is not None:
@@ -100,30 +117,22 @@ class CreationSequence:
             if rebuilt is not None:
                 log.warning("%s", rebuilt)
             return number
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
         """Close the descriptor."""
-        if self._fd is not None:
-            _fsops.close(self._fd)
-            self._fd = None
+        with self._thread_lock:
+            if self._fd is not None:
+                _fsops.close(self._fd)
+                self._fd = None
 
     def repair(self) -> str | None:
         """Rebuild the file if it is damaged (``wf store verify``); what was done, or None
         when it holds a number."""
-        fd = self._open()
-        try:
-            _waitlock.flock(fd, fcntl.LOCK_EX, self.path, "taken to repair it")
-        except OSError as error:
-            raise StoreError(f"cannot lock {self.path}: {error.strerror}") from error
-        try:
+        with self._locked("taken to repair it") as fd:
             last, rebuilt = self._read(fd)
             if rebuilt is not None:
-                self._write(fd, last)
+                self._write(fd, last)  # read under the lock: never below the number on file
             return rebuilt
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _read(self, fd: int) -> tuple[int, str | None]:
         """``(last number given, None)``, or for a damaged file (held under the lock)
