@@ -8,6 +8,7 @@ import errno
 import fcntl
 import gc
 import json
+import logging
 import os
 import shutil
 import sys
@@ -987,10 +988,13 @@ def _format_3_run(
         (root / "lanes" / f"{_layout.digest(group, 32)}.seq").write_text(f"{number:020d}\n")
 
 
-async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> None:
+async def test_a_format_3_store_is_upgraded_and_keeps_its_order(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Runs of an older store are numbered in their id order (the order its queue and its
     listings had); lanes keep their order and move to their queue's lane; new runs come
-    after all of them."""
+    after all of them, right after (the upgrade warned its new sequence was damaged, kept
+    an empty ``sequence.damaged`` and jumped the numbering by a million)."""
     for name in ("runs", "queue", "index", "children", "hooks", "tmp", "lanes", "slots", "rates"):
         (root / name).mkdir(parents=True)
     (root / "wf-store.json").write_bytes(b'{"format": 3}')
@@ -1007,7 +1011,12 @@ async def test_a_format_3_store_is_upgraded_and_keeps_its_order(root: Path) -> N
     )
     _format_3_run(root, "n-quiet", status=RunStatus.SUSPENDED)
     local = LocalStore(root)
-    fresh = await created(local, id="0-new")
+    with caplog.at_level(logging.WARNING, logger="wf.store.local"):
+        fresh = await created(local, id="0-new")
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [m for m in said if not m.startswith("upgrading ")] == []  # that one is meant
+    assert not (root / "sequence.damaged").exists()
+    assert fresh.seq == 9  # the eight runs', then the new one's
     assert orjson.loads((root / "wf-store.json").read_bytes()) == {"format": FORMAT}
     assert await local.due_runs(time.time()) == [
         "a-lane-second", "m-posted", "p0", "p1", "p2", "p3", "z-lane-first", "0-new",

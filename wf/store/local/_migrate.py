@@ -61,7 +61,7 @@ def number_runs(root: str) -> None:
         _reindex(root, records)
         sequence = CreationSequence(root)
         try:
-            sequence.at_least(max(len(records), last_lane))
+            sequence.start_at(max(len(records), last_lane))
         finally:
             sequence.close()
     if owed:

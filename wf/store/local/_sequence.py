@@ -108,6 +108,14 @@ class CreationSequence:
         numbers of their own: later runs must come after them)."""
         self._bump(number, step=0)
 
+    def start_at(self, number: int) -> None:
+        """Write ``number`` as the last given, whatever the file holds: only for a store
+        whose every run was just numbered by its upgrade (``_migrate``), which makes the
+        file. An empty file there is new, not damage (``at_least`` took it for damage:
+        a warning, an empty ``sequence.damaged``, numbering a million further on)."""
+        with self._locked("taken to start the sequence") as fd:
+            self._write(fd, number)
+
     def _bump(self, floor: int, *, step: int) -> int:
         with self._locked("taken to number a new run") as fd:
             last, rebuilt = self._read(fd)
