@@ -168,3 +168,28 @@ async def test_a_path_that_cannot_be_watched_leaves_the_watcher_running(
         assert store.hub.watch(str(run_dir))
     finally:
         await store.close()
+
+
+async def test_a_restarted_watcher_has_every_inbox_looked_at(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A post made while the notifier was down was not heard: once restarted, every run
+    waiting on its inbox is told to look (as the Redis and PostgreSQL stores do after a
+    reconnect). It was not: a run suspended on a message waited for its poll, or for
+    ever with no poll."""
+    store = await _watched(tmp_path)
+    told = threading.Event()
+    monkeypatch.setattr(_notify._Watcher, "_pause", lambda watcher, seconds: None)
+    monkeypatch.setattr(store.hub.inboxes, "heard_all", told.set)
+    watcher = store.hub._watcher
+    assert watcher is not None
+    try:
+        with watcher._lock:
+            watcher._notify = _Failing()
+            watcher._switch.set()
+        async with asyncio.timeout(5.0):
+            while not told.is_set():
+                await asyncio.sleep(0.01)
+        assert store.hub.hearing()
+    finally:
+        await store.close()

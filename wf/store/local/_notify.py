@@ -538,7 +538,9 @@ class _Watcher:
         """Events the replaced notifier had not delivered yet are dropped with it: count a
         change, so that no waiter relies on having heard them, and views look again.
         ``restarted``: after a failure, when nothing was heard for a while: a count taken
-        meanwhile is compared by listing (``Hub.heard_from``), and events arrive again."""
+        meanwhile is compared by listing (``Hub.heard_from``), and events arrive again.
+        Either way every run waiting on its inbox looks at it (the Redis and PostgreSQL
+        stores do after a reconnect)."""
         hub = self._hub
         hub.bump()
         with hub._lock:
@@ -549,6 +551,7 @@ class _Watcher:
                 hub.heard_from = hub.activity
                 hub._watcher_failed = False
         hub.queue_changed({""})
+        hub.inboxes.heard_all()  # a post among the dropped events: every waiter looks
 
     def _pause(self, seconds: float) -> None:
         """Wait ``seconds`` before a restart, or until stopped (``stop``, ``add``)."""
