@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from pathlib import Path
 
+import pytest
+
+from wf.dev import _watch
 from wf.dev._watch import ChangeKind, Watcher
 from wf.store.local import _notify
 
@@ -44,3 +48,32 @@ def test_the_pause_before_a_restart_doubles_up_to_a_bound() -> None:
     assert pauses[0] == _notify.RESTART_FIRST
     assert pauses[1] == 2 * _notify.RESTART_FIRST
     assert max(pauses) == pauses[-1] == _notify.RESTART_MAX
+
+
+async def test_a_group_whose_notifier_cannot_start_is_polled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory whose name is not UTF-8 inside a watched sub-directory fails a recursive
+    notifier at its first look, every time it is started: after a few such failures that
+    group is polled (said once), and the warning names the real cause, not "unhandled errors
+    in a TaskGroup". (It was restarted for ever and ``wf dev`` reloaded nothing under it.)"""
+    monkeypatch.setattr(_watch, "restart_pause", lambda failures: 0.0)
+    (tmp_path / "pkg").mkdir()
+    os.mkdir(os.path.join(os.fsencode(tmp_path / "pkg"), b"bad\xff"))
+    watcher = Watcher([tmp_path], polling=False, debounce_ms=100, step_ms=20, poll_delay_ms=20)
+    stop = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="wf.dev"):
+        await watcher.start(stop)
+        try:
+            saved = tmp_path / "pkg" / "mod.py"
+            for text in ("x = 1\n", "x = 2\n"):
+                await asyncio.sleep(0.1)
+                saved.write_text(text)
+                await _next_change(watcher, stop, saved)
+        finally:
+            stop.set()
+            await watcher.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert not any("TaskGroup" in m for m in said), said
+    assert any("decode" in m.lower() for m in said), said
+    assert len([m for m in said if "polling" in m]) == 1, said

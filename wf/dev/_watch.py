@@ -58,6 +58,10 @@ STEP_MS = 50
 """Quiet time that ends a burst: a save (often several events) becomes one change."""
 POLL_DELAY_MS = 250
 """Between two looks at the files when polling."""
+POLL_AFTER = 3
+"""Failures in a row of a notifier that heard nothing (a directory whose name is not UTF-8
+fails a recursive one at its first look, each time it is started) after which its group of
+directories is polled instead, for the rest of the session."""
 
 
 class ChangeKind(enum.StrEnum):
@@ -221,10 +225,13 @@ class Watcher:
             "ignore_permission_denied": True,
         }
         failures = 0
+        deaf = 0  # failures in a row of a notifier that heard nothing
         while not stop.is_set():
             started = time.monotonic()
+            heard = False
             try:
                 async for raw in watchfiles.awatch(*paths, **options):
+                    heard = True
                     changes = [
                         Change(_KINDS[int(kind)], Path(path))
                         for kind, path in raw
@@ -234,28 +241,46 @@ class Watcher:
                         self._queue.put_nowait((time.monotonic(), changes))
                 return
             except Exception as error:  # a name not in UTF-8 fails the notifier for good
+                cause = failure_cause(error)
                 if time.monotonic() - started > RESTART_CALM:
                     failures = 0  # worked a while: the first failure of a row again
+                deaf = 0 if heard else deaf + 1
+                if deaf >= POLL_AFTER:
+                    log.warning(
+                        "file watcher of %s keeps failing (%s); polling those directories instead",
+                        ", ".join(str(p) for p in paths),
+                        cause,
+                    )
+                    first = await asyncio.to_thread(self._snapshot, [(paths, recursive)])
+                    await self._poll(first, stop, [(paths, recursive)])
+                    return
                 pause = restart_pause(failures)
                 failures += 1
-                log.warning(
+                (log.warning if failures == 1 else log.debug)(
                     "file watcher failed (%s); restarting it in %g s (a save meanwhile may "
                     "be missed: save again)",
-                    error,
+                    cause,
                     pause,
                 )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(pause):
                     await stop.wait()
 
-    async def _poll(self, previous: dict[Path, tuple[int, int, int]], stop: asyncio.Event) -> None:
+    async def _poll(
+        self,
+        previous: dict[Path, tuple[int, int, int]],
+        stop: asyncio.Event,
+        groups: list[tuple[list[Path], bool]] | None = None,
+    ) -> None:
+        """Look at the files of ``groups`` (``(directories, recursive)``; all of them if
+        None) every ``poll_delay_ms``."""
         delay, step = self.poll_delay_ms / 1000, self.step_ms / 1000
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await stop.wait()
                 return
-            current = await asyncio.to_thread(self._snapshot)
+            current = await asyncio.to_thread(self._snapshot, groups)
             changes = _diff(previous, current)
             if not changes:
                 continue
@@ -264,7 +289,7 @@ class Watcher:
             began = time.monotonic()
             while time.monotonic() - began < self.debounce_ms / 1000:
                 await asyncio.sleep(step)
-                settled = await asyncio.to_thread(self._snapshot)
+                settled = await asyncio.to_thread(self._snapshot, groups)
                 if settled == current:
                     break
                 changes = _diff(previous, settled)
@@ -273,14 +298,28 @@ class Watcher:
             if changes:
                 self._queue.put_nowait((time.monotonic(), changes))
 
-    def _snapshot(self) -> dict[Path, tuple[int, int, int]]:
-        """``.py`` file -> (mtime in ns, size, inode) under the watched directories."""
+    def _snapshot(
+        self, groups: list[tuple[list[Path], bool]] | None = None
+    ) -> dict[Path, tuple[int, int, int]]:
+        """``.py`` file -> (mtime in ns, size, inode) under the watched directories (those
+        of ``groups``, if given)."""
         found: dict[Path, tuple[int, int, int]] = {}
-        for directory in self.flat:
-            _scan(directory, found, recursive=False, ignore=self.ignore)
-        for directory in self.deep:
-            _scan(directory, found, recursive=True, ignore=self.ignore)
+        for paths, recursive in (
+            [(self.flat, False), (self.deep, True)] if groups is None else groups
+        ):
+            for directory in paths:
+                _scan(directory, found, recursive=recursive, ignore=self.ignore)
         return found
+
+
+def failure_cause(error: BaseException) -> str:
+    """What failed, out of the exception groups around it (watchfiles raises its error
+    inside a task group: "unhandled errors in a TaskGroup (1 sub-exception)" said nothing)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(failure_cause(e) for e in error.exceptions)
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 def _scan(
