@@ -124,3 +124,34 @@ async def test_verify_repairing_while_the_same_store_creates_never_gives_a_numbe
     taking.join(10)
     assert taken[0] < local.sequence.take()
     assert int((root / "sequence").read_bytes()) >= taken[0] + 1
+
+
+async def test_the_rebuild_scan_is_made_off_the_loop_and_holds_up_no_other_taker(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The numbers in use are read in a worker thread before the lock is taken: on a store
+    of a million runs the scan held up the event loop for seconds (10.7 s cold), and every
+    other process's creation waited for it in ``flock``."""
+    import threading
+
+    first = await created(local)
+    (root / "sequence").write_bytes(b"garbage")
+    other = LocalStore(root)
+    scan = _sequence.CreationSequence._highest_in_use
+    threads: list[bool] = []
+    others: list[int] = []
+
+    def watched(sequence: _sequence.CreationSequence) -> int:
+        threads.append(threading.current_thread() is threading.main_thread())
+        if sequence is local.sequence and not others:
+            taking = threading.Thread(target=lambda: others.append(other.sequence.take()))
+            taking.start()
+            taking.join(5.0)  # held up by the scan's lock, it would not be done
+        return scan(sequence)
+
+    monkeypatch.setattr(_sequence.CreationSequence, "_highest_in_use", watched)
+    run = await created(local)
+    assert threads[0] is False  # the creation's scan: in a worker thread
+    assert others == [first.seq + _sequence.REBUILD_GAP + 1]  # not held up by it
+    assert run.seq == others[0] + 1
+    await other.close()

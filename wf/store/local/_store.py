@@ -493,6 +493,8 @@ class LocalStore(Store):
             return False  # a damaged locator of the id: the same as a link above
         if explicit and self.tombstones.get(record.id) is not None:
             return False  # deleted: the id is still that run's
+        if self.sequence.needs_rebuild():  # damaged: the scan of the numbers in use, off the loop
+            await asyncio.to_thread(self.sequence.prepare)
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
         since = _fsops.mark(self.root, self._device)  # before anything its flush must cover
         # On the loop thread: staging in a worker thread was measured slower (creations then
