@@ -842,3 +842,54 @@ async def test_a_journal_that_lost_its_outcome_is_named_not_rewritten(
     assert "restore the run from a backup" in problem
     assert sorted(_entries_of(root, run.id)) == before  # completed, as they were
     assert await local.verify() == [problem]  # said again, never "repaired"
+
+
+async def test_a_run_whose_journal_lost_its_outcome_is_not_driven_after_a_post(
+    local: LocalStore, root: Path
+) -> None:
+    """A post puts such a run in the queue (due now): its claim read it as pending from the
+    cut journal, set its index back and a worker replayed its steps. The claim names it
+    damaged and leaves it (entries as they were, noted once); a lease asked for it raises."""
+    from wf._exceptions import StoreCorrupted
+
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.append([event("step_completed", name="s", op=1, result=1)])
+    run.status, run.output = RunStatus.COMPLETED, 1
+    await lease.append_and_save([event("run_completed", output=1)], run)
+    await lease.release()
+    run_dir = root / "runs" / run.id
+    (run_dir / "run.json").unlink(missing_ok=True)
+    journal = run_dir / "journal.jsonl"
+    lines = journal.read_bytes().split(b"\x00")[0].split(b"\n")
+    journal.write_bytes(lines[0] + b"\n" + lines[1][: len(lines[1]) // 2])
+    before = sorted(_entries_of(root, run.id))
+    await local.post(run.id, "message", {"x": 1})
+    assert run.id in await local.due_runs(time.time())
+    with collect_faults() as faults:
+        assert await local.claim(time.time(), 5) == []
+    assert [f.item for f in faults] == [run.id]
+    with pytest.raises(StoreCorrupted, match="holds no outcome"):
+        await local.try_acquire(run.id)
+    assert [e for e in sorted(_entries_of(root, run.id)) if "queue" not in e] == [
+        e for e in before if "queue" not in e
+    ]
+
+
+async def test_a_run_failed_as_damaged_whose_record_was_lost_is_not_a_lost_outcome(
+    local: LocalStore, root: Path
+) -> None:
+    """A driver fails a run whose journal it cannot replay by saving a failed record, with no
+    ``run_failed`` event (``_mark_corrupt``), and ``run.json`` is written without an fsync:
+    after a power cut its index says failed and its journal holds no outcome, which verify
+    took for a journal that lost its outcome. It names the journal's own damage instead."""
+    run = await created(local)
+    lease = await acquire(local, run.id)
+    await lease.append([{"type": "step_completed", "ts": 1.0}])  # fields replay needs: none
+    run.status, run.error = RunStatus.FAILED, {"type": "StoreCorrupted", "message": "x"}
+    await lease.save(run)
+    await lease.release()
+    (root / "runs" / run.id / "run.json").unlink()  # the power cut
+    problems = await local.verify()
+    assert not any("holds no outcome" in p for p in problems), problems
+    assert any("cannot be replayed" in p for p in problems), problems

@@ -19,7 +19,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import StoreError, UsageError
+from wf._exceptions import StoreCorrupted, StoreError, UsageError
 from wf.store import _forks
 from wf.store._base import (
     Event,
@@ -46,6 +46,7 @@ from wf.store.local._layout import (
     record_tag,
 )
 from wf.store.local._streams import StreamWriter
+from wf.store.local._upkeep import lost_outcome
 
 if TYPE_CHECKING:
     from wf.store.local._store import LocalStore
@@ -170,8 +171,27 @@ class LocalLease(Lease):
         else:
             self._known, self._size, self._length = journal
         if self._size != created_size:
+            if not record.status.is_terminal:
+                self._refuse_lost_outcome(record)
             self._reconcile(record, listed)
         _forks.hold(self)
+
+    def _refuse_lost_outcome(self, record: RunRecord) -> None:
+        """A run whose index entries say it ended while its journal holds no outcome lost
+        lines it had made durable (``_upkeep.lost_outcome``): damaged, not driven. A post
+        makes it due, and its lease read it as pending from the cut journal, set its index
+        back toward it and replayed its steps. Only a run not created by this process is
+        looked at (three ``lstat``)."""
+        said = lost_outcome(
+            self._store.index, self._dir, self.run_id, self._seq, record.workflow,
+            record.parent_id,
+        )  # fmt: skip
+        if said is not None:
+            raise StoreCorrupted(
+                f"run {self.run_id}: {self._journal} holds no outcome but its index entries "
+                f"say {said}: the journal lost lines it had recorded; not driven (restore "
+                "the run from a backup)"
+            )
 
     def lock_fds(self) -> list[int]:
         """The journal's locked descriptor (and a format-1 store's ``lock`` file's)."""

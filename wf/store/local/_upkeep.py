@@ -1652,8 +1652,10 @@ def lost_outcome(
     all, or None. An entry is renamed to an ended status only once the outcome is durable
     (``_driver``), and an outcome is never removed (a retry appends after it), so such a
     journal lost lines it had made durable, its outcome among them: a damaged run, whose
-    index is not to be set back toward what is left of its journal (a run no worker drives
-    again: its queue entry went with its end). The journal is read after the index, so an
+    index is not to be set back toward what is left of its journal, nor driven (a post makes
+    it due: its lease refuses it, ``LocalLease``). A journal damaged in itself (no first
+    event, one replay cannot use) is not such a loss: its run may have been failed as
+    damaged, with no outcome event. The journal is read after the index, so an
     outcome that was durable when its entry was renamed is in it. The entries are looked up
     by name (three ``lstat``): the count scan asks it of every run not ended."""
     if not seq:
@@ -1673,6 +1675,11 @@ def lost_outcome(
         return None  # damage of its own, named as such
     if any(event.get("type") in OUTCOME_EVENTS for event in events):
         return None
+    if not events or events[0].get("type") != "run_started" or journal_problems("", events):
+        # Damage of its own, named as such: a driver fails such a run as damaged by saving
+        # a failed record with no outcome event (``_driver._mark_corrupt``), and that record
+        # is written without an fsync, so a power cut can leave just the failed entries.
+        return None
     return ended[0]
 
 
@@ -1681,9 +1688,8 @@ def _lost_outcome_line(run_id: str, journal_path: str, events: list[Event], said
     return (
         f"run {run_id}: {journal_path} holds no outcome (it ends at event {len(events)}, "
         f"{last}) but its index entries say {said} (renamed so only once its outcome was "
-        "durable): the "
-        "journal lost lines it had recorded, its outcome among them; left as it is (a "
-        "worker does not drive it again): restore the run from a backup"
+        "durable): the journal lost lines it had recorded, its outcome among them; left as "
+        "it is (a worker does not drive it, also after a post): restore the run from a backup"
     )
 
 
