@@ -557,7 +557,7 @@ def _upkeep_paths() -> dict[str, Any]:
         },
         "/store/verify": {
             "get": {
-                "summary": "Check the store's runs, schedules, hooks; report, and repair what verify repairs",
+                "summary": "Check the store; repair what verify repairs (wf store verify)",
                 "responses": {"200": _json(_ref("Verified"), "The problems found."), **guarded},
             }
         },
