@@ -255,7 +255,12 @@ class CreationSequence:
                 continue  # not a bucket
             outer = os.path.join(top, first)
             for second in sorted(_fsops.listdir(outer), reverse=True):
-                if not (len(second) == 4 and second[0] == "b" and second[1:].isdigit()):
+                if not (
+                    len(second) == 4
+                    and second[0] == "b"
+                    and second.isascii()
+                    and second[1:].isdigit()
+                ):
                     continue
                 highest = 0
                 for name in _fsops.listdir(os.path.join(outer, second)):
