@@ -69,7 +69,6 @@ class CreationSequence:
         # thread (``verify``, also over the API) and a creation on the loop would both find
         # the damage and both rebuild, the later writing the lower number.
         self._thread_lock = threading.Lock()
-        self._found: int | None = None  # scanned off the loop by ``prepare``
 
     @contextlib.contextmanager
     def _locked(self, why: str) -> Iterator[int]:
@@ -98,9 +97,11 @@ class CreationSequence:
             self._fd = fd
         return self._fd
 
-    def take(self) -> int:
-        """The next number (durable before the caller's run counts, see the module)."""
-        return self._bump(0, step=1)
+    def take(self, found: int | None = None) -> int:
+        """The next number (durable before the caller's run counts, see the module).
+        ``found``: the highest number in use, if the caller scanned (``prepare``) because
+        the file held none."""
+        return self._bump(0, step=1, found=found)
 
     def at_least(self, number: int) -> None:
         """Make the last number given at least ``number`` (runs recovered or migrated with
@@ -115,8 +116,8 @@ class CreationSequence:
         with self._locked("taken to start the sequence") as fd:
             self._write(fd, number)
 
-    def _bump(self, floor: int, *, step: int) -> int:
-        found = self._scan_if_damaged()
+    def _bump(self, floor: int, *, step: int, found: int | None = None) -> int:
+        found = self._scan_if_damaged(found)
         with self._locked("taken to number a new run") as fd:
             last, rebuilt = self._read(fd, found)
             number = max(last, floor) + step
@@ -151,14 +152,12 @@ class CreationSequence:
         text = raw.strip()
         return not (text.isascii() and text.isdigit())
 
-    def prepare(self) -> None:
-        """Scan the numbers in use for the next taker's rebuild (``_scan_if_damaged``),
-        called in a worker thread so the scan does not hold up the event loop."""
-        found = self._highest_in_use()
-        with self._thread_lock:
-            self._found = found
+    def prepare(self) -> int:
+        """The highest number in use, for ``take`` to rebuild the file with (called in a
+        worker thread, so the scan does not hold up the event loop)."""
+        return self._highest_in_use()
 
-    def _scan_if_damaged(self) -> int | None:
+    def _scan_if_damaged(self, found: int | None = None) -> int | None:
         """The highest number in use if the file, read without the lock, holds none.
 
         The scan is made before the lock is taken, so no other taker of the store waits for
@@ -169,8 +168,6 @@ class CreationSequence:
             raw = _fsops.read_bytes(self.path, allow=(errno.ENOENT,))
         except FileNotFoundError:
             return None
-        with self._thread_lock:
-            found, self._found = self._found, None
         text = raw[:64].strip()
         if text.isascii() and text.isdigit():
             return None

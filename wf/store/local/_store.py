@@ -493,13 +493,14 @@ class LocalStore(Store):
             return False  # a damaged locator of the id: the same as a link above
         if explicit and self.tombstones.get(record.id) is not None:
             return False  # deleted: the id is still that run's
-        if self.sequence.needs_rebuild():  # damaged: the scan of the numbers in use, off the loop
-            await asyncio.to_thread(self.sequence.prepare)
+        in_use = None  # the highest number in use, scanned off the loop if the sequence is damaged
+        if self.sequence.needs_rebuild():
+            in_use = await asyncio.to_thread(self.sequence.prepare)
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
         since = _fsops.mark(self.root, self._device)  # before anything its flush must cover
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
-        published = self._publish(record, events, staging, run_dir, number=True)
+        published = self._publish(record, events, staging, run_dir, number=True, in_use=in_use)
         if published is None:
             return False  # another process created it first (our names are taken back)
         owed, journal, events = published
@@ -572,11 +573,13 @@ class LocalStore(Store):
         run_dir: str,
         *,
         number: bool = False,
+        in_use: int | None = None,
     ) -> tuple[list[str], tuple[int, bytes | None], list[Event]] | None:
         """Stage the run, write its queue and index entries, rename it into ``runs/``.
 
         ``number``: give the run the next number of the creation sequence first (its bump
         made durable by the same deferred flush); else the record has one (a recovery).
+        ``in_use``: the highest number in use, scanned off the loop for a damaged sequence.
         Returns the fsyncs deferred to the caller's flush (empty without syncfs: each was
         made), the journal's size and bytes (see ``_stage``) and the events as written, or
         None if the id was taken meanwhile.
@@ -590,7 +593,7 @@ class LocalStore(Store):
         try:
             with _fsops.deferred_fsyncs() as owed:
                 if number:
-                    events = stamp_seq(record, events, self.sequence.take())
+                    events = stamp_seq(record, events, self.sequence.take(in_use))
                 seq = record.seq
                 journal = self._stage(staging, record, events)
                 named = True
