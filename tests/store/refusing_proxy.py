@@ -66,6 +66,9 @@ async def _reply(reader: asyncio.StreamReader) -> bytes:
 class RefusingProxy:
     """``refuse(error, writes_only)``: from now on the commands (writes only, or all but a
     connection's setup) are answered with ``-error``; ``refuse(None)``: passed on again.
+    ``fail_over(error)``: a failover that moved the address to a new primary (a DNS name, a
+    proxy): the connections open now stay on the old server, which refuses their writes with
+    ``-error`` for good (a replica now), while new connections reach the primary.
     ``refused``: how many commands were refused so far."""
 
     def __init__(self, host: str, port: int, db: int = 0) -> None:
@@ -74,6 +77,8 @@ class RefusingProxy:
         self._server: asyncio.Server | None = None
         self._error: bytes | None = None
         self._writes_only = True
+        self._demoted: set[int] = set()
+        self._demoted_error = b""
         self.refused = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -87,10 +92,17 @@ class RefusingProxy:
         self._error = None if error is None else error.encode()
         self._writes_only = writes_only
 
-    def _refuses(self, name: bytes) -> bool:
+    def fail_over(self, error: str) -> None:
+        self._demoted = {id(task) for task in self._tasks}
+        self._demoted_error = error.encode()
+
+    def _refusal(self, name: bytes, connection: int) -> bytes | None:
+        if connection in self._demoted and name in WRITES:
+            return self._demoted_error
         if self._error is None:
-            return False
-        return name in WRITES if self._writes_only else name not in SETUP
+            return None
+        refused = name in WRITES if self._writes_only else name not in SETUP
+        return self._error if refused else None
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -112,10 +124,11 @@ class RefusingProxy:
                         up_writer.write(request + bytes(buffer))
                         await self._pass_on(reader, writer, up_reader, up_writer)
                         return
-                    if self._refuses(name) and name not in (b"MULTI", b"EXEC", b"DISCARD"):
+                    refusal = self._refusal(name, id(task))
+                    if refusal is not None and name not in (b"MULTI", b"EXEC", b"DISCARD"):
                         self.refused += 1
                         aborted = aborted or in_multi
-                        writer.write(b"-" + (self._error or b"") + b"\r\n")
+                        writer.write(b"-" + refusal + b"\r\n")
                         continue
                     if name == b"MULTI":
                         in_multi, aborted = True, False

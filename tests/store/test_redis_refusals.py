@@ -177,3 +177,32 @@ async def test_a_creation_refused_is_the_servers_refusal_not_a_damaged_sequence(
         assert await store.create_run(record(), [event("run_started")])
     finally:
         await store.close()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["readonly", "masterdown"])
+async def test_a_refusal_that_may_mean_the_wrong_server_reconnects_the_pool(
+    kind: str, prefix: str, proxy: tuple[RefusingProxy, str]
+) -> None:
+    """A failover moved the address (a DNS name, a proxy) to the new primary: the pooled
+    connections stayed on the old server, now a replica, and every write was refused for as
+    long as the worker waited (300 s), then it exited; ``wf serve`` never recovered. One
+    refusal that may mean "the wrong server" drops the pool's connections: the next writes
+    reach the new primary."""
+    refusing, url = proxy
+    store = RedisStore(url, prefix=prefix)
+    try:
+        # Several connections in the pool, all to the server that is about to be demoted.
+        await asyncio.gather(
+            *(store.create_run(record(), [event("run_started")]) for _ in range(5))
+        )
+        refusing.fail_over(REFUSALS[kind][0])
+        with pytest.raises(wf.StoreUnavailable):
+            await store.create_run(record(), [event("run_started")])
+        made = await asyncio.gather(
+            *(store.create_run(record(), [event("run_started")]) for _ in range(5)),
+            return_exceptions=True,
+        )
+        assert made == [True] * 5, made
+    finally:
+        await store.close()

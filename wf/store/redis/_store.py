@@ -148,6 +148,9 @@ class RedisStore(Store):
         self._holder = Holder(self, self._holder_lost)
         self._batcher = Batcher(self)
         self._checked = False
+        self._redial = False
+        """A refusal that may mean "the wrong server" came (``_WRONG_SERVER``): the pool's idle
+        connections are dropped before the next command (``_ready``)."""
         self._look_at: float | None = None
         """The ``now`` from which ``due_schedules`` next looks at every schedule
         (``SCHEDULE_LOOK``); None: at its first call."""
@@ -214,6 +217,13 @@ class RedisStore(Store):
             self._batcher = Batcher(self)
             self._loop = loop
             self._checked = False
+            self._redial = False
+        if self._redial:
+            # A failover may have moved the address (a DNS name, a proxy) to a new primary:
+            # the pooled connections stay on the old server, now a replica, so each is made
+            # again (as redis-py's Sentinel pool does on ``READONLY``).
+            self._redial = False
+            await self._client.connection_pool.disconnect(inuse_connections=False)
         if not self._checked:
             await self._check_format(self._client)
             self._checked = True
@@ -370,12 +380,24 @@ class RedisStore(Store):
             failed = StoreCorrupted(found if key is None else f"{key}: {found}")
         elif refusal is not None:
             failed = StoreUnavailable(f"Redis at {describe(self.url)} {refusal}")
+            if wrong_server(error):
+                self._drop_connections()
         elif isinstance(error, ConnectionError | TimeoutError | OSError):
             failed = StoreUnavailable(f"Redis at {describe(self.url)} failed: {_said(error)}")
         else:
             failed = StoreError(f"Redis at {describe(self.url)} failed: {_said(error)}")
         failed.__cause__ = error
         return failed
+
+    def _drop_connections(self) -> None:
+        """The pool's connections are made again: those in use when released, the idle ones
+        before the next command (``_ready``)."""
+        client = self._client
+        if client is None:
+            return
+        self._redial = True
+        for connection in list(client.connection_pool._in_use_connections):
+            connection.mark_for_reconnect()
 
     async def _send_scripts(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Idempotent script calls in one pipeline (``Batcher``): each call's result, or its
@@ -1343,6 +1365,26 @@ def refused_for_now(error: BaseException) -> str | None:
         ):
             return said.format(text)
     return None
+
+
+_WRONG_SERVER = ("READONLY", "MASTERDOWN", "LOADING")
+"""Refusals that may mean the connection reached the wrong server: a replica (after a failover
+that moved the address to the new primary) or a server restarting."""
+
+
+def wrong_server(error: BaseException) -> bool:
+    """Whether ``error`` is a refusal that may mean "the wrong server" (``_WRONG_SERVER``)."""
+    if not isinstance(error, ResponseError | BusyLoadingError):
+        return False
+    text = _said(error)
+    return any(
+        isinstance(error, kind)
+        or text.startswith(code + " ")
+        or f"-{code} " in text
+        or (words and words in text)
+        for kind, code, words, _ in _PASSING
+        if code in _WRONG_SERVER and kind is not None
+    )
 
 
 def damaged(error: BaseException) -> str | None:
