@@ -1546,6 +1546,34 @@ async def test_a_damaged_queue_member_is_named_and_rebuilt_not_dropped(prefix: s
         await store.close()
 
 
+async def test_a_member_repair_keeps_the_earlier_of_the_two_queue_entries(prefix: str) -> None:
+    """A run waiting on a hook (its entry at +inf) whose ``qm`` a stray write damaged, then a
+    post: the post queued the run under the damaged member, due now. Verify kept the +inf
+    entry and dropped the due one: the inbox held the message, the claim found nothing, and a
+    second verify said nothing: stuck for good. The earlier of the two scores is kept."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store, id="run-0")
+        rk = f"{prefix}r:{run.id}"
+        [qk, qm] = client.hmget(rk, "qk", "qm")
+        queue = f"{prefix}q:{qk.decode()}"
+        client.zadd(queue, {qm: float("inf")})  # suspended: waits for a hook
+        client.hset(rk, "qm", "bogus")
+        await store.post(run.id, "hook", {"n": 1})
+        assert client.zscore(queue, "bogus") is not None  # the post's entry, due
+        problems = await store.verify()
+        assert len(problems) == 1 and f"field 'qm' of {rk}" in problems[0], problems
+        assert client.zscore(queue, qm) != float("inf")
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert [x.run_id for x in leases] == [run.id]
+        for x in leases:
+            await x.release()
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_verify_files_a_run_by_its_record_not_by_a_damaged_status_field(
     prefix: str,
 ) -> None:

@@ -1044,7 +1044,9 @@ return 1
 REPAIR_MEMBER = """
 -- ARGV: P, id, the run's queue member (its creation number, 16 digits, and its id). A run
 -- whose queue member field ``qm`` a stray write damaged: set right, and its queue's entry
--- under the damaged member (one verify put back) moved to the right one. Returns the damaged
+-- under the damaged member (one verify put back, or a post queued) moved to the right one;
+-- when the right member has an entry too, the earlier score of the two is kept (a run waiting
+-- on a hook at +inf that a post queued under the damaged member is due). Returns the damaged
 -- member (false if it was right meanwhile).
 local P, id, member = ARGV[1], ARGV[2], ARGV[3]
 local rk = P .. 'r:' .. id
@@ -1058,7 +1060,10 @@ if f[2] and f[2] ~= '' then
     local score = redis.call('ZSCORE', qk, old)
     if score then
       redis.call('ZREM', qk, old)
-      if not redis.call('ZSCORE', qk, member) then redis.call('ZADD', qk, score, member) end
+      local kept = redis.call('ZSCORE', qk, member)
+      if not kept or tonumber(score) < tonumber(kept) then
+        redis.call('ZADD', qk, score, member)
+      end
     end
   end
 end
