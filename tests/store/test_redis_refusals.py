@@ -206,3 +206,52 @@ async def test_a_refusal_that_may_mean_the_wrong_server_reconnects_the_pool(
         assert made == [True] * 5, made
     finally:
         await store.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["oom", "readonly", "misconf", "noreplicas"])
+async def test_a_foreground_ride_out_waits_for_writes_not_for_a_read(
+    kind: str, prefix: str, proxy: tuple[RefusingProxy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wf run``'s ride-out checked the store with a read, which a server refusing only
+    writes answers: it said "answers again" at once, drove the run again into the same
+    refusal, and after 10 such pairs in 7 s exited 3 (the running step run again each time).
+    It waits until a write is taken: said once each way, the step run no more than once more,
+    the run completed."""
+    from wf import admin
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.02, 0.1))
+    refusing, url = proxy
+    store = RedisStore(url, prefix=prefix, lease_ttl=1.5)
+    engine = Engine(store)
+    said: list[str] = []
+    STEPS_RUN.clear()
+    try:
+        with use_engine(engine):
+            run = await wf.start(steps, 1, detach=True)
+            driving = asyncio.create_task(
+                admin.drive_through_outages(
+                    run,
+                    on_failed=lambda error, limit: said.append("failed"),
+                    on_back=lambda after: said.append("back"),
+                )
+            )
+            async with asyncio.timeout(20):
+                while not STEPS_RUN:
+                    await asyncio.sleep(0.005)
+            refusing.refuse(REFUSALS[kind][0], writes_only=True)
+            async with asyncio.timeout(20):
+                while not said and not driving.done():
+                    await asyncio.sleep(0.01)
+            ran = len(STEPS_RUN)
+            await asyncio.sleep(1.5)  # many tries at 0.1 s
+            assert not driving.done(), driving.exception()
+            assert said == ["failed"], said
+            assert len(STEPS_RUN) == ran, STEPS_RUN
+            refusing.refuse(None)
+            await asyncio.wait_for(driving, 30)
+            assert said == ["failed", "back"], said
+            assert await run.result() == 1 + 0 + 1 + 2 + 3
+    finally:
+        await store.close()

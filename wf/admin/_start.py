@@ -168,17 +168,28 @@ async def drive_through_outages(
     record afterwards), as ``wf run`` does in the foreground.
 
     A store that fails for now under the drive (``wf.StoreUnavailable``, ``wf.LeaseLost``: a
-    dropped connection, a server restarting) is waited out as a worker waits it out:
-    ``on_failed(error, limit)`` is told once, the store is tried again after 0.5 s, then up to
-    every 5 s, for up to the worker's outage limit (``OUTAGE_LIMIT``, 300 s) in a row;
-    ``on_back(seconds)`` is told when it answers, and the run is driven again from its
-    journal. Past the limit, or after ``RIDE_OUT_CUTS`` cut drives, the failure is raised
-    (the run stays for ``wf worker``)."""
+    dropped connection, a server restarting or refusing writes) is waited out as a worker waits
+    it out: ``on_failed(error, limit)`` is told once, the store is tried again after 0.5 s,
+    then up to every 5 s, for up to the worker's outage limit (``OUTAGE_LIMIT``, 300 s) in a
+    row; ``on_back(seconds)`` is told when it answers, and the run is driven again from its
+    journal. It answers when a read of the run and a write (a place of a slot of the run's,
+    taken and given back) both succeed: a server that answers reads but refuses writes (out
+    of memory, a read-only replica, a disk it cannot save to) is still failing, and the drive
+    is not started again to be cut again. Past the limit, or after ``RIDE_OUT_CUTS`` cut
+    drives, the failure is raised (the run stays for ``wf worker``)."""
     import asyncio
     import contextlib
 
     from wf._exceptions import LeaseLost, RunCancelled, RunFailed, StoreUnavailable
     from wf.engine._worker import OUTAGE_LIMIT, OUTAGE_RETRY
+
+    store = run.engine.store
+
+    async def answers() -> None:
+        await run.status()
+        slot = await store.try_slot(f"ride-out:{run.id}", 1)
+        if slot is not None:
+            await slot.release()
 
     cuts = 0
     while True:
@@ -198,7 +209,7 @@ async def drive_through_outages(
             await asyncio.sleep(pause)
             pause = min(pause * 2, OUTAGE_RETRY[1])
             try:
-                await run.status()
+                await answers()
             except StoreUnavailable:
                 if loop.time() - since >= OUTAGE_LIMIT:
                     raise
