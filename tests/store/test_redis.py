@@ -1546,6 +1546,37 @@ async def test_a_damaged_queue_member_is_named_and_rebuilt_not_dropped(prefix: s
         await store.close()
 
 
+async def test_verify_reads_queue_members_in_its_batches_not_one_round_trip_a_run(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verify read each run's queue member ``qm`` with a command of its own, one after the
+    other (5000 runs: 1.7 s became 4.3 s); it comes with the batch's read of the run's fields,
+    and a damaged one is still found and rebuilt."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        for i in range(12):
+            await created(store, id=f"run-{i}")
+        rk = f"{prefix}r:run-3"
+        qm = client.hget(rk, "qm")
+        client.hset(rk, "qm", "bogus")
+        sent: list[str] = []
+        real = store._call
+
+        async def counted(name: str, *args: Any) -> Any:
+            sent.append(name)
+            return await real(name, *args)
+
+        monkeypatch.setattr(store, "_call", counted)
+        problems = await store.verify()
+        assert len(problems) == 1 and f"field 'qm' of {rk}" in problems[0], problems
+        assert client.hget(rk, "qm") == qm
+        assert sent.count("hget") == 0, sent
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_a_member_repair_keeps_the_earlier_of_the_two_queue_entries(prefix: str) -> None:
     """A run waiting on a hook (its entry at +inf) whose ``qm`` a stray write damaged, then a
     post: the post queued the run under the damaged member, due now. Verify kept the +inf

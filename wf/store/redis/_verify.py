@@ -60,7 +60,7 @@ async def verify(store: RedisStore) -> list[str]:
                     (
                         "hmget",
                         keys[run_id][0],
-                        ["st", "rec", "seq", "lane", "gw", "ep", "qk", "grp"],
+                        ["st", "rec", "seq", "lane", "gw", "ep", "qk", "grp", "qm"],
                     ),
                     ("lrange", keys[run_id][1], 0, -1),
                     ("hgetall", keys[run_id][2]),
@@ -95,7 +95,7 @@ async def verify(store: RedisStore) -> list[str]:
             if failed:
                 problems += failed
                 continue
-            (status, raw, seq, place, width, epoch, qk, group), journal, inbox = found
+            (status, raw, seq, place, width, epoch, qk, group, qm), journal, inbox = found
             if group and place:
                 lanes.add(_decode.field_name(group))
             problems += _check_run(store, run_id, raw, journal, inbox)
@@ -106,7 +106,7 @@ async def verify(store: RedisStore) -> list[str]:
                     record = _decode.record(raw, store.run_location(run_id), run_id)
                 queued.append((run_id, _decode.field_name(qk), record, bool(inbox)))
             if seq is not None and _digits(seq):
-                problems += await _check_member(store, run_id, int(seq))
+                problems += await _check_member(store, run_id, int(seq), qm)
             for name, value in (("lane", place), ("gw", width), ("seq", seq), ("ep", epoch)):
                 if value and not _digits(_decode.field_name(value)):
                     where = _decode.field_of(store.run_location(run_id), name)
@@ -243,16 +243,12 @@ async def _check_status(
     return [f"{where}: {old!r}, but the run's record says {new!r}: set to {new!r}, filed under it"]
 
 
-async def _check_member(store: RedisStore, run_id: str, seq: int) -> list[str]:
-    """A run's queue member field ``qm`` that is not its own (its creation number and id: a
-    stray write): rebuilt (a claim meeting it names it and takes nothing of the run), and
-    its queue's entry under the damaged member moved to the right one."""
+async def _check_member(store: RedisStore, run_id: str, seq: int, found: bytes | None) -> list[str]:
+    """A run's queue member field ``qm`` (``found``: as the batch read it) that is not its own
+    (its creation number and id: a stray write): rebuilt (a claim meeting it names it and
+    takes nothing of the run), and its queue's entry under the damaged member moved to the
+    right one."""
     member = f"{seq:016d}{run_id}"
-    rk = store._key("r:", run_id)
-    try:
-        found = await store._call("hget", rk, "qm")
-    except StoreCorrupted:
-        return []  # the hash of another type: named by the run's own check
     if found is None or _decode.field_name(found) == member:
         return []  # a run that has none: written before queue members, or gone meanwhile
     old = await store._eval(_scripts.REPAIR_MEMBER, run_id, member)
