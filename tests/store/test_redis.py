@@ -1577,6 +1577,35 @@ async def test_verify_reads_queue_members_in_its_batches_not_one_round_trip_a_ru
         await store.close()
 
 
+async def test_verify_puts_no_queue_emptied_meanwhile_back_in_the_queues_index(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verify decides a queue missing from the index ``qk`` is a live run's from reads made
+    before; the run ended and its queue emptied in between: a plain ``ZADD NX`` put the empty
+    queue back in the index. The put-back checks, with it, that the queue has runs."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        await created(store, id="run-0")
+        [qk] = client.hmget(f"{prefix}r:run-0", "qk")
+        index = f"{prefix}qk"
+        client.delete(index)
+        real = store._pipe
+
+        async def emptied_meanwhile(*commands: Any, each: bool = False) -> Any:
+            if commands and commands[0][:2] == ("zscore", index):
+                client.delete(f"{prefix}q:{qk.decode()}")  # the run ended meanwhile
+            return await real(*commands, each=each)
+
+        monkeypatch.setattr(store, "_pipe", emptied_meanwhile)
+        problems = await store.verify()
+        assert problems == [], problems
+        assert client.zscore(index, qk) is None
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_a_member_repair_keeps_the_earlier_of_the_two_queue_entries(prefix: str) -> None:
     """A run waiting on a hook (its entry at +inf) whose ``qm`` a stray write damaged, then a
     post: the post queued the run under the damaged member, due now. Verify kept the +inf

@@ -1041,6 +1041,16 @@ redis.call('PUBLISH', P .. 'cq', id)
 return 1
 """
 
+REPAIR_QUEUE_INDEX = """
+-- ARGV: P, queue name (``<priority>|<rest>``), its priority. A queue missing from the queues'
+-- index ``qk`` put back in it, when it still has runs (a run that ended meanwhile may have
+-- emptied it: an empty queue is never indexed). Returns 1 if put back.
+local P, qk = ARGV[1], ARGV[2]
+local q = P .. 'q:' .. qk
+if redis.call('TYPE', q).ok ~= 'zset' or redis.call('ZCARD', q) == 0 then return 0 end
+return redis.call('ZADD', P .. 'qk', 'NX', ARGV[3], qk)
+"""
+
 REPAIR_MEMBER = """
 -- ARGV: P, id, the run's queue member (its creation number, 16 digits, and its id). A run
 -- whose queue member field ``qm`` a stray write damaged: set right, and its queue's entry

@@ -307,7 +307,8 @@ async def _check_queues(
 
 async def _check_indexed_queues(store: RedisStore, queues: list[str]) -> list[str]:
     """Each of ``queues`` (of live runs) missing from the queues' index put back in it, with
-    the priority its name starts with (``ZADD``: what a run's write does)."""
+    the priority its name starts with (``ZADD``: what a run's write does), by a script that
+    checks the queue still has runs (a run that ended since the reads may have emptied it)."""
     index = store._key("qk")
     try:
         scores = await store._pipe(*(("zscore", index, qk) for qk in queues))
@@ -318,7 +319,7 @@ async def _check_indexed_queues(store: RedisStore, queues: list[str]) -> list[st
         priority, bar, _ = qk.partition("|")
         if score is not None or not bar or not _digits(priority.lstrip("-")):
             continue
-        if await store._call("zadd", index, {qk: int(priority)}, True):
+        if await store._eval(_scripts.REPAIR_QUEUE_INDEX, qk, str(int(priority))):
             problems.append(
                 f"{index}: queue {qk!r} is missing from it (its runs wait): put back in it"
             )
