@@ -194,6 +194,11 @@ class StoreUnavailable(StoreError):
     succeed a moment later (a worker tries again, see ``wf.Worker``). A write that fails so
     may or may not have been applied: wf's own writes are safe to send again."""
 
+    _refused = False
+    """Whether the server answered and refused the command for now (a read-only replica or
+    standby, out of memory): set by the stores; a worker starting says so rather than "does
+    not answer"."""
+
 
 class LeaseLost(StoreError):
     """A driver's hold on its run ended before the drive did: its connection to the server

@@ -112,3 +112,33 @@ async def test_a_worker_waits_out_a_server_that_turned_read_only(
         await store.close()
     said = [r.getMessage() for r in caplog.records]
     assert any("read-only transaction" in m for m in said), said  # the refusal was met
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_started_on_a_read_only_database_says_it_was_refused(
+    database: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker pointed at a standby (25006) as it starts was said to meet a store that
+    "does not answer … (no answer in the 10s …)": it answered, and refused, which is said,
+    in the server's words."""
+    import logging
+
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.01, 0.05))
+    await asyncio.to_thread(read_only, database, True)
+    store = PostgresStore(database)
+    try:
+        worker = wf.Worker(Engine(store), retention=False, start_wait=0.5)
+        with (
+            caplog.at_level(logging.WARNING, logger="wf.worker"),
+            pytest.raises(wf.StoreUnavailable) as raised,
+        ):
+            await asyncio.wait_for(worker.run(), 30)
+    finally:
+        await store.close()
+    said = str(raised.value)
+    assert said.endswith("(refused for the 0.5s since the worker started)"), said
+    assert "read-only transaction" in said, said
+    lines = [r.getMessage() for r in caplog.records if r.name == "wf.worker"]
+    assert len(lines) == 1 and "refuses the worker's commands as it starts" in lines[0], lines

@@ -255,3 +255,39 @@ async def test_a_foreground_ride_out_waits_for_writes_not_for_a_read(
             assert await run.result() == 1 + 0 + 1 + 2 + 3
     finally:
         await store.close()
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_started_on_a_replica_says_it_was_refused_not_unanswered(
+    prefix: str,
+    proxy: tuple[RefusingProxy, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker pointed at a read-only replica as it starts was said to meet a store that
+    "does not answer … (no answer in the 10s …)": it answered, and refused. Said as a
+    refusal, in the server's words."""
+    import logging
+
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.01, 0.05))
+    refusing, url = proxy
+    refusing.refuse(REFUSALS["readonly"][0], writes_only=True)
+    store = RedisStore(url, prefix=prefix)
+    try:
+        worker = wf.Worker(Engine(store), retention=False, start_wait=0.3)
+        with (
+            caplog.at_level(logging.WARNING, logger="wf.worker"),
+            pytest.raises(wf.StoreUnavailable) as raised,
+        ):
+            await asyncio.wait_for(worker.run(), 30)
+    finally:
+        await store.close()
+    said = str(raised.value)
+    assert said.endswith("(refused for the 0.3s since the worker started)"), said
+    assert "You can't write against a read only replica" in said, said
+    lines = [r.getMessage() for r in caplog.records if r.name == "wf.worker"]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("the store refuses the worker's commands as it starts: "), lines
+    assert "read-only replica" in lines[0] and "does not answer" not in lines[0], lines

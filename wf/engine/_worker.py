@@ -983,19 +983,31 @@ class _Outage:
             self.since = now
         if now - self.since >= self.limit:
             if self.starting:
-                raise StoreUnavailable(
-                    f"{error} (no answer in the {self.limit:g}s since the worker started)"
-                ) from error
+                why = (
+                    f"refused for the {self.limit:g}s"
+                    if error._refused
+                    else f"no answer in the {self.limit:g}s"
+                )
+                ended = StoreUnavailable(f"{error} ({why} since the worker started)")
+                ended._refused = error._refused
+                raise ended from error
             log.error("the store has failed for %gs in a row: the worker stops", self.limit)
             raise error
         if not self.said:
             self.said = True
+            if self.starting and error._refused:
+                # It answered: it refused what the worker asked (a replica, a standby, out
+                # of memory), in the server's words.
+                starting = "the store refuses the worker's commands as it starts"
+            elif self.starting:
+                starting = "the store does not answer as the worker starts"
+            else:
+                starting = "the store failed"
             log.error(
-                "%s: %s; trying again until it answers (for up to %gs)",
-                "the store does not answer as the worker starts"
-                if self.starting
-                else "the store failed",
+                "%s: %s; trying again until it %s (for up to %gs)",
+                starting,
                 error,
+                "takes them" if self.starting and error._refused else "answers",
                 self.limit,
             )
         pause, self.pause = self.pause, min(self.pause * 2, OUTAGE_RETRY[1])

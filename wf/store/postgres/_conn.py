@@ -218,8 +218,11 @@ def failure(what: str, error: psycopg.Error) -> StoreError:
     is ``StoreUnavailable``, which a worker tries again; anything else (a missing table, a
     refused value) is a plain ``StoreError``."""
     passing = isinstance(error, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction)
-    kind = StoreUnavailable if passing else StoreError
-    return kind(f"{what}: {one_line(error)}")
+    if not passing:
+        return StoreError(f"{what}: {one_line(error)}")
+    found = StoreUnavailable(f"{what}: {one_line(error)}")
+    found._refused = isinstance(error, psycopg.errors.ReadOnlySqlTransaction)
+    return found
 
 
 _MISCONFIGURED = (

@@ -380,6 +380,7 @@ class RedisStore(Store):
             failed = StoreCorrupted(found if key is None else f"{key}: {found}")
         elif refusal is not None:
             failed = StoreUnavailable(f"Redis at {describe(self.url)} {refusal}")
+            failed._refused = True
             if wrong_server(error):
                 self._drop_connections()
         elif isinstance(error, ConnectionError | TimeoutError | OSError):
