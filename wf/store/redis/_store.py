@@ -398,7 +398,7 @@ class RedisStore(Store):
             return
         self._redial = True
         for connection in list(client.connection_pool._in_use_connections):
-            connection.mark_for_reconnect()
+            connection.mark_for_reconnect()  # type: ignore[no-untyped-call]
 
     async def _send_scripts(self, calls: Sequence[tuple[str, Sequence[Any]]]) -> list[Any]:
         """Idempotent script calls in one pipeline (``Batcher``): each call's result, or its
