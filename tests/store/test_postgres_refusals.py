@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -44,7 +45,15 @@ def database() -> Iterator[str]:
             pytest.fail(f"PostgreSQL not reachable: {error}")
         pytest.skip(f"PostgreSQL not reachable (set WF_TEST_POSTGRES_DSN): {error}")
     name = f"wft_ro_{uuid.uuid4().hex[:12]}"
-    admin(f"CREATE DATABASE {name}")
+    for attempt in range(20):
+        try:
+            admin(f"CREATE DATABASE {name}")
+            break
+        except psycopg.errors.ObjectInUse:
+            # Another session on template1 (a concurrent CREATE DATABASE elsewhere): a moment.
+            if attempt == 19:
+                raise
+            time.sleep(0.25)
     info = psycopg.conninfo.conninfo_to_dict(DSN)
     info["dbname"] = name
     try:
