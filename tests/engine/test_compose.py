@@ -456,3 +456,51 @@ async def test_a_select_dropped_by_a_suspension_leaves_no_callback_behind() -> N
         assert await run.result() == (1, None)
     await asyncio.sleep(0)
     assert errors == []
+
+
+@wf.workflow
+async def block_in_time_beside_a_long_sleep() -> str:
+    sleeper = asyncio.ensure_future(wf.sleep(86400))  # begun before the block, awaited after
+    try:
+        async with wf.timeout(60):
+            await work("in the block")  # ends at once, long before the deadline
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await sleeper  # suspends: a replay a day later ends the block as its last recorded op
+    return seen
+
+
+async def test_a_block_whose_last_op_ends_the_journal_is_not_timed_out_by_a_later_replay(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    """The replay reaches the block's end with nothing recorded after it (not "replaying"),
+    a day after the deadline: the journal (its op done at t=0) decides, not that clock."""
+    run = await wf.start(block_in_time_beside_a_long_sleep)
+    assert await run.result() == "in time"
+    journal = await wf_engine.store.read_journal(run.id)
+    assert not [e for e in journal if e["type"] == "cancel_delivered"]
+    assert ran == ["in the block"]
+
+
+@wf.workflow
+async def block_late_beside_a_long_sleep() -> str:
+    sleeper = asyncio.ensure_future(wf.sleep(86400))
+    try:
+        async with wf.timeout(0.01):
+            await work("slow in the block", 0.05)  # ends after the deadline
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await sleeper
+    return seen
+
+
+async def test_a_block_that_ended_late_is_timed_out_by_its_replay_too(
+    wf_engine: Engine,
+) -> None:
+    run = await wf.start(block_late_beside_a_long_sleep)
+    assert await run.result() == "timed out"
+    journal = await wf_engine.store.read_journal(run.id)
+    marks = [e for e in journal if e["type"] == "cancel_delivered"]
+    assert [m["at"] for m in marks] == ["exit"]

@@ -259,7 +259,8 @@ class timeout:
                 else ctx.clock.now() + max(0.0, self._seconds or 0.0)
             )
             await ctx.write(ctx.event("timeout_started", op=op, name="timeout", until=until))
-        scope = CancelScope(op, current_scope() or ctx.root_scope)
+        scope = CancelScope(op, current_scope() or ctx.root_scope, ops=[])
+        ctx.timed_blocks += 1
         ctx.scopes[op] = scope
         self._scope = scope
         self._until_recorded = until
@@ -283,6 +284,21 @@ class timeout:
         self._timer.cancel()
         ctx = require_run("wf.timeout()")
         scope = self._scope
+        try:
+            return self._exit(ctx, scope, exc_type, exc)
+        finally:
+            scope.ops = None
+            ctx.timed_blocks -= 1
+            if not ctx.timed_blocks:
+                ctx.live_ops.clear()
+
+    def _exit(
+        self,
+        ctx: RunContext,
+        scope: CancelScope,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+    ) -> bool:
         if scope in ctx.pending_scopes:
             ctx.pending_scopes.remove(scope)
         if isinstance(exc, ScopeTimedOut) and exc.scope is scope:
@@ -298,21 +314,50 @@ class timeout:
 
     def _expired_at_exit(self, ctx: RunContext, scope: CancelScope) -> bool:
         """Whether the block that ended with no error is timed out: a journaled fact
-        (``cancel_delivered`` at ``exit``), never a reading of the clock on replay."""
+        (``cancel_delivered`` at ``exit``), or decided now and journaled so. When the journal
+        holds the end of every operation of the block, the block ended then (the latest of
+        those ends, against the deadline), never by the clock of a replay that reaches it later.
+        """
         assert scope.op is not None
         mark = ctx.delivery_marks.get(scope.op)
         if mark is not None and mark[0] == "exit":
             del ctx.delivery_marks[scope.op]
             return True
-        if ctx.replaying or ctx.checking:
-            # The journal goes on past this block (it ended in time then), or a replay check
-            # reads it as it stands, by a clock far in the future: no mark, no timeout.
+        if ctx.replaying:
+            # The journal goes on past this block with no mark: it ended in time then (and a
+            # wf that wrote no such marks never raised here).
             return False
         until = self._until_recorded
-        if not scope.fired and (until is None or ctx.clock.now() < until):
+        if until is None:
             return False
-        ctx.mark_delivered(scope.op, "exit", scope)
-        return True
+        ended = self._recorded_end(ctx, scope)
+        if ended is not None:
+            expired = ended >= until
+        elif ctx.checking:
+            return False  # unreachable: a check stops at the first op the journal lacks
+        else:
+            expired = scope.fired or ctx.clock.now() >= until
+        if expired:
+            ctx.mark_delivered(scope.op, "exit", scope)
+        return expired
+
+    def _recorded_end(self, ctx: RunContext, scope: CancelScope) -> float | None:
+        """When the journal shows the block's last operation ended (an empty block: when it
+        began), or None when one of them ended in this drive (or is not recorded)."""
+        assert scope.op is not None
+        ops = scope.ops or ()
+        if not ops:
+            opened = ctx.history.get(scope.op)
+            if opened is None or scope.op in ctx.live_ops:
+                return None
+            return float(opened.events[0].get("ts", 0.0))
+        latest = 0.0
+        for op in ops:
+            ended = ctx.recorded_end(op)
+            if ended is None:
+                return None
+            latest = max(latest, ended)
+        return latest
 
 
 class deadline(timeout):

@@ -229,6 +229,10 @@ class RunContext:
         self.scopes: dict[int | None, CancelScope] = {None: self.root_scope}
         """Scopes by op (None: the run), so recorded deliveries find their scope on replay."""
         self.delivery_marks: dict[int, tuple[str, int | None]] = {}
+        self.timed_blocks = 0
+        """``wf.timeout`` blocks open: while any is, the ops this drive writes events for are
+        noted in ``live_ops`` (a block whose ops all ended in the journal ended then)."""
+        self.live_ops: set[int] = set()
         """Op -> (``call`` or ``wait``, scope op) where a cancellation was delivered, for replay."""
         self.pending_scopes: list[CancelScope] = []
         """Fired scopes whose cancellation has not reached any code yet."""
@@ -421,6 +425,28 @@ class RunContext:
         a check of a state that no event or call touched need not make it."""
         return self._states.get(kind)
 
+    def _note_live(self, events: Sequence[Event]) -> None:
+        for event in events:
+            op = event.get("op")
+            if type(op) is int:
+                self.live_ops.add(op)
+
+    def recorded_end(self, op: int) -> float | None:
+        """When the journal, as this drive found it, shows operation ``op`` ended; None if it
+        does not (not recorded, unfinished, or its end came in this drive: ``live_ops``)."""
+        found = self.history.get(op)
+        if found is None or op in self.live_ops or _unfinished(found):
+            return None
+        last = found.events[-1]
+        if found.kind == "sleep" and len(found.events) == 1:
+            # A sleep's end is not journaled: it ended at its ``until`` (or, woken, after it
+            # began: the earliest it can have, a block around it ended in time so).
+            until = last.get("until")
+            if self.sleep_was_woken(op) or until is None:
+                return float(last.get("ts", 0.0))
+            return float(until)
+        return float(last.get("ts", 0.0))
+
     def sleep_was_woken(self, op: int) -> bool:
         """Whether a wake request was recorded after sleep ``op`` began."""
         position = self._sleep_positions.get(op)
@@ -458,6 +484,12 @@ class RunContext:
         # next was recorded and then the driver died): it runs now, as it would have then.
         if found is None and self.checking:
             raise ReplayFrontier()
+        if self.timed_blocks:
+            inside = current_scope()
+            while inside is not None:
+                if inside.ops is not None:
+                    inside.ops.append(op)
+                inside = inside.parent
         if self.delivery_marks:
             self._deliver_recorded(op, "call")
         if self.pending_scopes and (found is None or _unfinished(found)):
@@ -497,6 +529,8 @@ class RunContext:
         if self._deferred:
             events, self._deferred = (*self._deferred, *events), []
         covers = self._pending_writes  # this append's flush covers every earlier write
+        if self.timed_blocks:
+            self._note_live(events)
         if self.observers:
             _observe(self.observers, events)
         # Every store orders a journal by the calls to append (made here before any await), so
@@ -541,6 +575,8 @@ class RunContext:
             self.closed = True
             raise StoreFailure(error) from error
         self._deferred = []
+        if self.timed_blocks:
+            self._note_live(events)
         if self.observers:
             _observe(self.observers, events)
         self.journal_length += len(events)
@@ -571,6 +607,8 @@ class RunContext:
         if not events:
             return
         stamped = [e if "ts" in e else {**e, "ts": self.clock.now()} for e in events]
+        if self.timed_blocks:
+            self._note_live(stamped)
         if self.observers:
             _observe(self.observers, stamped)
         try:

@@ -36,6 +36,9 @@ class CancelScope:
     op: int | None
     parent: CancelScope | None
     fired: bool = False
+    ops: list[int] | None = None
+    """A timeout's scope: the operations begun inside it, so its end is judged by what the
+    journal recorded of them (``wf.engine._compose.timeout``); None for other scopes."""
 
     def contains(self, inner: CancelScope | None, root: CancelScope) -> bool:
         """Whether code running in ``inner`` (None: the run's top level) is inside this scope."""

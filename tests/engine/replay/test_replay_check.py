@@ -13,6 +13,7 @@ from wf import Engine
 from wf.engine._replay_check import check_run, check_runs
 from wf.store import RunRecord
 from wf.store.memory import MemoryStore
+from wf.testing import MockClock, TestEngine
 
 JOURNALS = pathlib.Path(__file__).parent / "journals"
 
@@ -249,3 +250,35 @@ async def test_a_timeout_block_that_ended_in_time_checks_ok_by_a_far_clock(
     assert await run.result() == "quick"
     report = await check_run(wf_engine.store, run.id)  # its clock is far past the deadline
     assert report.status == "ok", report.message
+
+
+@wf.step
+def in_block_step() -> str:
+    return "done"
+
+
+@wf.workflow
+async def block_in_time_then_awaits_an_earlier_sleep() -> str:
+    import asyncio
+
+    sleeper = asyncio.ensure_future(wf.sleep(86400))
+    try:
+        async with wf.timeout(60):
+            await in_block_step()
+        seen = "in time"
+    except TimeoutError:
+        seen = await in_block_step()  # another op: a replay taking this branch diverges
+    await sleeper
+    return seen
+
+
+async def test_a_check_and_the_resume_agree_on_a_block_ended_in_time_as_the_journal_ends(
+    wf_engine: TestEngine, mock_clock: MockClock
+) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(block_in_time_then_awaits_an_earlier_sleep)
+    await wf_engine.wait_driven(run)
+    report = await check_run(wf_engine.store, run.id)  # its clock is far past the deadline
+    assert report.status == "ok", report.message
+    mock_clock.jump(86400)  # the resume too comes long after the deadline
+    assert await run.result() == "in time"
