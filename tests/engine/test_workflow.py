@@ -171,3 +171,88 @@ async def test_a_start_runs_the_workflow_object_it_was_given(
     _returning("new")  # the same definition declared again: the name now maps to it
     run = await wf.start(old)
     assert await run.result() == "old"
+
+
+def test_a_reload_after_renaming_the_function_under_its_kept_name_replaces_it(
+    modules: Path, names: list[str]
+) -> None:
+    # The rename the docs prescribe: the function gets a new name, name= keeps the old one.
+    # Was: "declared twice" at the reload (the module's earlier declaration looked live).
+    names.append("tests.names:nightly")
+    text = 'import wf\n@wf.workflow(name="tests.names:nightly")\nasync def {}() -> int:\n    return 1\n'
+    _module(modules, "names_renamed", text.format("build"))
+    first = importlib.import_module("names_renamed")
+    _module(modules, "names_renamed", "\n\n" + text.format("build_all"))
+    reloaded = importlib.reload(first)
+    assert wf.engine._workflow.registered("tests.names:nightly") is reloaded.build_all
+
+
+_LOGGED = """
+def logged(fn):
+    async def wrapper(*a, **k):  # no functools.wraps: every wrapper is logged.<locals>.wrapper
+        return await fn(*a, **k)
+    return wrapper
+"""
+
+
+def test_two_functions_under_one_wrapper_without_wraps_are_two_definitions(
+    modules: Path, names: list[str]
+) -> None:
+    # Was: one module, one qualname (logged.<locals>.wrapper): refund silently replaced charge.
+    names.append("tests.names:billing")
+    _module(
+        modules,
+        "names_wrapped",
+        "import wf\n"
+        + _LOGGED
+        + '@wf.workflow(name="tests.names:billing")\n@logged\nasync def charge() -> str:\n'
+        + '    return "charge"\n'
+        + '@wf.workflow(name="tests.names:billing")\n@logged\nasync def refund() -> str:\n'
+        + '    return "refund"\n',
+    )
+    with pytest.raises(wf.UsageError, match="declared twice") as refused:
+        importlib.import_module("names_wrapped")
+    assert "wrapping names_wrapped:charge" in str(refused.value)  # tells the two apart
+    assert "wrapping names_wrapped:refund" in str(refused.value)
+
+
+def test_a_shared_wrapper_in_two_modules_is_not_one_file_definition(
+    modules: Path, names: list[str]
+) -> None:
+    # Both wrappers' code is the helper's (one file, one line): what they wrap differs.
+    names.append("tests.names:wrapped2")
+    _module(modules, "names_helper", _LOGGED)
+    declaring = (
+        'import wf\nfrom names_helper import logged\n@wf.workflow(name="tests.names:wrapped2")\n'
+        "@logged\nasync def {}() -> int:\n    return 1\n"
+    )
+    _module(modules, "names_w1", declaring.format("one"))
+    _module(modules, "names_w2", "import names_w1\n" + declaring.format("two"))
+    with pytest.raises(wf.UsageError, match="declared twice"):
+        importlib.import_module("names_w2")
+
+
+def test_one_file_executed_as_two_live_modules_declares_one_workflow(
+    modules: Path, names: list[str]
+) -> None:
+    # The file branch for real: both module objects stay in sys.modules (a script run as
+    # __main__ that is imported by its module name too), so neither declaration is gone.
+    import importlib.util
+
+    names.append("tests.names:live_twice")
+    _module(
+        modules,
+        "names_live",
+        "import wf\n"
+        + _LOGGED
+        + '@wf.workflow(name="tests.names:live_twice")\n@logged\nasync def a() -> int:\n'
+        + "    return 1\n",
+    )
+    spec = importlib.util.spec_from_file_location("names_live_alias", modules / "names_live.py")
+    assert spec is not None and spec.loader is not None
+    alias = importlib.util.module_from_spec(spec)
+    sys.modules["names_live_alias"] = alias  # live, like __main__
+    spec.loader.exec_module(alias)
+    module = importlib.import_module("names_live")
+    assert wf.engine._workflow.registered("tests.names:live_twice") is module.a
+    assert not wf.engine._workflow._gone(alias.a.fn)  # the file branch decided it

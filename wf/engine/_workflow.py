@@ -76,6 +76,10 @@ class Workflow(Generic[P, R]):
         """Seconds a finished run of this workflow is kept, then deleted: ``math.inf`` keeps
         them forever (``retention=None``); None lets the store-wide setting decide."""
         self.declared_in = threading.get_ident()
+        self.execution = _execution(fn)
+        """Which execution of its module declared it (the module's ``__spec__``, which
+        ``importlib.reload`` and a re-import find anew; the module itself if it has none):
+        a module executed again replaces what its earlier execution declared."""
         """The thread that declared it: while its module is still importing, that thread
         (which Python hands the partial module) may use it; another waits for the import."""
         functools.update_wrapper(self, fn)
@@ -212,7 +216,7 @@ def workflow(
     def declare(f: Callable[P, Awaitable[R]]) -> Workflow[P, R]:
         declared = Workflow(f, name=name, options=options, retention=retention)
         earlier = _registry.get(declared.name)
-        if earlier is not None and not _same_definition(earlier.fn, f):
+        if earlier is not None and not _same_definition(earlier, declared):
             raise UsageError(_declared_twice(declared.name, earlier.fn, f))
         # The same definition declared again (its module re-imported: ``wf dev``'s reload,
         # ``importlib.reload``, a script imported by its module name too) replaces the old.
@@ -321,17 +325,55 @@ def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
     return found
 
 
-def _same_definition(earlier: Callable[..., Any], later: Callable[..., Any]) -> bool:
-    """Whether ``later`` declares again what ``earlier`` declared: the same function of the
-    same module (imported again), or of the same file (one file imported under two module
-    names, ``__main__`` and its own). A module whose import failed or was purged declares
-    nothing any more: what it declared may be taken over."""
-    if getattr(earlier, "__qualname__", None) != getattr(later, "__qualname__", None):
-        return _gone(earlier)
-    if getattr(earlier, "__module__", None) == getattr(later, "__module__", None):
-        return True
-    file = _source(earlier)[0]
-    return (file is not None and file == _source(later)[0]) or _gone(earlier)
+def _same_definition(earlier: Workflow[Any, Any], later: Workflow[Any, Any]) -> bool:
+    """Whether ``later`` declares again what ``earlier`` declared: any function of the same
+    module executed again (``importlib.reload``, a re-import after a purge: a rename that keeps
+    ``name=`` included), the same code declared again in one execution, or the same code of
+    the same file (one file executed under two module names, ``__main__`` and its own). A
+    module whose import failed or was purged declares nothing any more: what it declared may
+    be taken over. Code is compared, with what a wrapper closes over (two functions under one
+    decorator that lacks ``functools.wraps`` share the wrapper's name and code)."""
+    first, second = earlier.fn, later.fn
+    module = getattr(first, "__module__", None)
+    if module == getattr(second, "__module__", None):
+        if earlier.execution is not None and earlier.execution is not later.execution:
+            return True  # the module executed again: its new declarations replace the old
+        if first is second or _code_of(first) == _code_of(second):
+            return True
+        return _gone(first)
+    if getattr(first, "__qualname__", None) != getattr(second, "__qualname__", None):
+        return _gone(first)
+    file = _source(first)[0]
+    same = file is not None and _code_of(first) == _code_of(second)
+    return same or _gone(first)
+
+
+def _execution(fn: Callable[..., Any]) -> object | None:
+    """The module execution ``fn`` is declared in (``Workflow.execution``)."""
+    module = sys.modules.get(getattr(fn, "__module__", ""))
+    if module is None:
+        return None
+    spec = getattr(module, "__spec__", None)
+    return spec if spec is not None else module
+
+
+def _code_of(fn: Any, depth: int = 0) -> tuple[Any, ...]:
+    """Where ``fn``'s code is (file, first line, name), with that of the functions its
+    closure holds (a wrapper's wrapped function), a few levels deep."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return (getattr(fn, "__qualname__", None),)
+    held: list[tuple[Any, ...]] = []
+    if depth < 4:
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if inspect.isfunction(value) or inspect.ismethod(value):
+                held.append(_code_of(value, depth + 1))
+    return (code.co_filename, code.co_firstlineno, code.co_qualname, tuple(held))
 
 
 def _gone(fn: Callable[..., Any]) -> bool:
@@ -357,15 +399,31 @@ def _declared_twice(name: str, earlier: Callable[..., Any], later: Callable[...,
     )
 
 
-def _described(fn: Callable[..., Any]) -> str:
+def _described(fn: Callable[..., Any], depth: int = 0) -> str:
     """``module:qualname (file.py:3)``."""
     import os
 
     where = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
     file, line = _source(fn)
-    if file is None:
-        return where
-    return f"{where} ({os.path.basename(file)}:{line})"
+    if file is not None:
+        where = f"{where} ({os.path.basename(file)}:{line})"
+    inner = _wrapped(fn) if depth < 3 else None
+    if inner is not None and inner is not fn:  # a decorator without functools.wraps
+        where = f"{where} wrapping {_described(inner, depth + 1)}"
+    return where
+
+
+def _wrapped(fn: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The function a wrapper's closure holds, if it holds one (only one)."""
+    held = []
+    for cell in getattr(inspect.unwrap(fn), "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if inspect.isfunction(value):
+            held.append(value)
+    return held[0] if len(held) == 1 else None
 
 
 def _not_a_coroutine(fn: Callable[..., Any]) -> str:
