@@ -49,9 +49,9 @@ if __name__ == "__main__":
 """
 
 
-def _python(project: Project, script: str) -> subprocess.CompletedProcess[str]:
+def _python(project: Project, script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, script],
+        [sys.executable, script, *args],
         cwd=project.root,
         env=project.env,
         capture_output=True,
@@ -120,3 +120,55 @@ def test_a_script_no_worker_can_import_warns_once_at_its_first_start(project: Pr
     assert len(warned) == 1, ran.stderr  # two starts, one warning
     assert "my-script.py" in warned[0] and "only" in warned[0]
     assert textwrap.shorten(warned[0], 40)  # one line
+
+
+RESUMED = """\
+import asyncio
+import sys
+
+import wf
+
+
+@wf.step
+def part(x: int) -> int:
+    return x * 2
+
+
+@wf.workflow
+async def assemble(n: int) -> int:
+    return await part(n) + 1
+
+
+async def main() -> None:
+    if sys.argv[1] == "start":
+        run = await wf.start(assemble, 3, run_id="nightly-1", detach=True)
+        print((await run.record()).workflow)
+    else:
+        run = await wf.start(assemble, 3, run_id="nightly-1")
+        print(await run.result(timeout=30))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+"""
+
+
+def test_a_run_recorded_under_main_is_resumed_by_the_script_declaring_it_now(
+    project: Project,
+) -> None:
+    # An older wf recorded a script's workflow as __main__:assemble (here: a file of no module
+    # path, which still is); the script, now declaring it as jobs.nightly:assemble, is started
+    # again with the same run id. Was: RunAlreadyExists "exists already for workflow
+    # '__main__:assemble'".
+    _pyproject(project.root)
+    (project.root / "old-nightly.py").write_text(RESUMED)
+    started = _python(project, "old-nightly.py", "start")
+    assert started.returncode == 0, started.stderr
+    assert started.stdout.strip() == "__main__:assemble"
+    (project.root / "jobs").mkdir()
+    (project.root / "old-nightly.py").rename(project.root / "jobs" / "nightly.py")
+    resumed = _python(project, "jobs/nightly.py", "resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "7"
+    [run] = project.runs()
+    assert (run["workflow"], run["status"]) == ("__main__:assemble", "completed")

@@ -56,7 +56,7 @@ from wf.engine._signature import validate_arguments
 from wf.engine._steplogs import DEFAULT_LIMIT as DEFAULT_STEP_LOG_LIMIT
 from wf.engine._streams import STREAM_FEATURE
 from wf.engine._threads import StepThreads, default_size
-from wf.engine._workflow import Workflow
+from wf.engine._workflow import Workflow, same_workflow
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
 from wf.store._ids import new_run_id, validate_run_id
 
@@ -606,14 +606,14 @@ class Engine:
                 stone = await self.store.get_tombstone(run_id)
                 if stone is None:
                     raise
-                if stone.workflow != workflow.name:
+                if not same_workflow(stone.workflow, workflow):
                     raise RunAlreadyExists(
                         f"run {run_id!r} existed for workflow {stone.workflow!r} (deleted by "
                         f"{stone.reason})",
                         run_id,
                     ) from None
                 return Run(run_id, self)
-            if existing.workflow != workflow.name:
+            if not same_workflow(existing.workflow, workflow):
                 raise RunAlreadyExists(
                     f"run {run_id!r} exists already for workflow {existing.workflow!r}", run_id
                 )

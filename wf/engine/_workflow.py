@@ -259,7 +259,48 @@ def declared_workflows() -> list[Workflow[Any, Any]]:
 
 def registered(name: str) -> Workflow[Any, Any] | None:
     """The workflow declared under ``name`` in this process, if any."""
-    return _registry.get(name)
+    return _lookup(name)
+
+
+_MAIN = "__main__:"
+
+
+def _lookup(name: str) -> Workflow[Any, Any] | None:
+    """The workflow declared under ``name``; for ``__main__:qualname`` (what a wf before
+    scripts were recorded by their module names recorded), the workflow of that qualname the
+    script running as ``__main__`` declares under its default name now (``jobs.x:qualname``)."""
+    found = _registry.get(name)
+    if found is not None or not name.startswith(_MAIN):
+        return found
+    qualname = name[len(_MAIN) :]
+    for declared in _registry.values():
+        if _main_default(declared) and declared.fn.__qualname__ == qualname:
+            return declared
+    return None
+
+
+def _main_default(declared: Workflow[Any, Any]) -> bool:
+    """Whether ``declared`` is a function of the script running as ``__main__`` declared under
+    its default name (``module:qualname``, ``module`` the script's module name)."""
+    fn = declared.fn
+    qualname = getattr(fn, "__qualname__", None)
+    return (
+        getattr(fn, "__module__", None) == "__main__"
+        and declared.name == f"{declared.module}:{qualname}"
+    )
+
+
+def same_workflow(recorded: str, workflow: Any) -> bool:
+    """Whether a run recorded under the workflow name ``recorded`` is one of ``workflow``:
+    its name, or ``__main__:qualname`` for the script's workflow of that qualname declared
+    under its default name (an older wf recorded a script's workflows so)."""
+    if recorded == workflow.name:
+        return True
+    return (
+        isinstance(workflow, Workflow)
+        and recorded == f"{_MAIN}{workflow.fn.__qualname__}"
+        and _main_default(workflow)
+    )
 
 
 async def resolve_workflow_off_loop(name: str, target: str | None) -> Workflow[Any, Any]:
@@ -267,7 +308,7 @@ async def resolve_workflow_off_loop(name: str, target: str | None) -> Workflow[A
     (``wf._loader.load_off_loop``): a module that takes seconds to import stalls no other run
     of the process meanwhile. Its failures are the same ``LoadError`` / ``WorkflowNotFound``,
     the resolving run's, not the caller's loop's. A declared workflow is found at once."""
-    if target and not imported(_registry.get(name)):
+    if target and not imported(_lookup(name)):
         from wf._loader import load_off_loop
 
         return await load_off_loop(resolve_workflow, name, target)
@@ -306,7 +347,7 @@ def _forget_failed_imports(before: dict[str, Workflow[Any, Any]]) -> None:
 
 def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
     """Find the workflow named ``name``, importing ``target`` first if it is not yet declared."""
-    found = _registry.get(name)
+    found = _lookup(name)
     if target and not imported(found):
         # Not declared, or by a module whose import failed or is still under way: the import
         # (which waits for another thread's) says which.
@@ -318,7 +359,7 @@ def resolve_workflow(name: str, target: str | None) -> Workflow[Any, Any]:
         except BaseException:
             _forget_failed_imports(before)
             raise
-        found = _registry.get(name) or (loaded if isinstance(loaded, Workflow) else None)
+        found = _lookup(name) or (loaded if isinstance(loaded, Workflow) else None)
     if found is None:
         hint = f" (tried importing {target!r})" if target else ""
         raise WorkflowNotFound(f"no workflow named {name!r} is declared in this process{hint}")
