@@ -93,9 +93,94 @@ def script_module(fn: Any) -> str | None:
     try:
         if Path(code.co_filename).resolve() != Path(file).resolve():
             return None  # code run as __main__ from elsewhere (exec, runpy of a string)
+        if unguarded_start(file) is not None:
+            return None  # a worker importing it would start its runs again: keep __main__
         return importable_name(Path(file))
     except OSError:
         return None
+
+
+_RUNNERS = frozenset({"asyncio.run", "anyio.run", "trio.run", "uvloop.run", "wf.start"})
+_unguarded: dict[str, str | None] = {}
+
+
+def unguarded_start(file: str) -> str | None:
+    """The first module-level call in the script ``file`` that starts runs when the file is
+    imported (``asyncio.run(...)`` or ``wf.start(...)`` outside ``if __name__ ==
+    "__main__":``, or a call of a module-level ``def`` whose body makes one), as
+    ``asyncio.run(...) (line 17)``; None if there is none or the file cannot be read. Parsed
+    once per file: a script declares its workflows when it starts. ``wf check`` finds more
+    (rule WF506)."""
+    if file in _unguarded:
+        return _unguarded[file]
+    import ast
+
+    found: str | None = None
+    try:
+        tree = ast.parse(Path(file).read_bytes(), filename=file)
+    except (OSError, SyntaxError, ValueError):
+        tree = None
+    if tree is not None:
+        defs = {d.name: d for d in tree.body if isinstance(d, ast.FunctionDef)}
+        for call in _module_level_calls(tree.body):
+            what = _runner(call)
+            if what is None and isinstance(call.func, ast.Name) and call.func.id in defs:
+                body = defs[call.func.id]
+                inner = [c for c in ast.walk(body) if isinstance(c, ast.Call) and _runner(c)]
+                what = f"{call.func.id}()" if inner else None
+            if what is not None:
+                found = f"{what} (line {call.lineno})"
+                break
+    _unguarded[file] = found
+    return found
+
+
+def _runner(call: Any) -> str | None:
+    import ast
+
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in ("run_until_complete", "run_forever"):
+        return f"{func.attr}(...)"
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        dotted = f"{func.value.id}.{func.attr}"
+        return f"{dotted}(...)" if dotted in _RUNNERS else None
+    return None
+
+
+def _module_level_calls(body: list[Any]) -> list[Any]:
+    """Calls the module-level statements make (not in defs, classes, lambdas, nor
+    ``if __name__ == "__main__":``; its ``else`` runs on import)."""
+    import ast
+
+    calls: list[ast.Call] = []
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.If) and _main_guard(node.test):
+            stack.extend(reversed(node.orelse))
+            continue
+        if isinstance(node, ast.Call):
+            calls.append(node)
+        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+    return calls
+
+
+def _main_guard(test: Any) -> bool:
+    import ast
+
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    sides = [test.left, test.comparators[0]]
+    return isinstance(test.ops[0], ast.Eq) and {
+        "name"
+        if isinstance(s, ast.Name) and s.id == "__name__"
+        else "main"
+        if isinstance(s, ast.Constant) and s.value == "__main__"
+        else "other"
+        for s in sides
+    } == {"name", "main"}
 
 
 def ensure_project_on_path() -> None:

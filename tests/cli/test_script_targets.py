@@ -172,3 +172,25 @@ def test_a_run_recorded_under_main_is_resumed_by_the_script_declaring_it_now(
     assert resumed.stdout.strip() == "7"
     [run] = project.runs()
     assert (run["workflow"], run["status"]) == ("__main__:assemble", "completed")
+
+
+UNGUARDED = SCRIPT.replace('if __name__ == "__main__":\n    asyncio.run(main())', "asyncio.run(main())")
+
+
+def test_a_script_with_an_unguarded_asyncio_run_keeps_main_and_says_why(
+    project: Project,
+) -> None:
+    # Was: recorded as jobs.unguarded:w, so `wf worker` imported the script, whose bare
+    # asyncio.run(main()) started its runs again (two runs more per worker import).
+    assert "\nasyncio.run(main())" in UNGUARDED
+    _pyproject(project.root)
+    (project.root / "jobs").mkdir()
+    (project.root / "jobs" / "unguarded.py").write_text(UNGUARDED)
+    ran = _python(project, "jobs/unguarded.py")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "None"  # no target: no worker imports it
+    assert sorted(r["workflow"] for r in project.runs()) == ["__main__:w"] * 2
+    warned = [line for line in ran.stderr.splitlines() if "__main__:w" in line]
+    assert len(warned) == 1 and 'if __name__ == "__main__"' in warned[0], ran.stderr
+    project.wf("worker", "--until-idle")
+    assert len(project.runs()) == 2  # the worker started no run of its own

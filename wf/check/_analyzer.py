@@ -18,6 +18,7 @@ from wf.check._hygiene import check_steps, check_workflows
 from wf.check._index import Scope
 from wf.check._model import Finding
 from wf.check._resolve import Project, binding_scope, resolve_expr
+from wf.check._toplevel import check_top_level_starts
 
 # Methods that run when a class in the checked code is instantiated from workflow code.
 _CONSTRUCTORS = ("__new__", "__init__", "__post_init__")
@@ -33,6 +34,7 @@ def analyze(project: Project) -> tuple[list[Finding], list[Finding]]:
     check_steps(declarations, sink)
     check_awaits(project, declarations, sink)
     check_uncalled_awaits(project, declarations, sink)
+    check_top_level_starts(project, declarations, sink)
     scopes = _workflow_code(project, declarations, sink)
     bodies = _workflow_bodies(scopes, declarations)
     for scope, context in scopes.items():

@@ -140,6 +140,13 @@ _RULE_LIST = [
         "awaits a step or a workflow itself instead of a call of it",
         "call it: `await charge(order)`, not `await charge`",
     ),
+    Rule(
+        "WF506",
+        "unguarded-start",
+        "starts or runs workflows at the top level of a module that declares workflows",
+        'put it under `if __name__ == "__main__":` (a worker that imports the module to resume'
+        " its runs then does not start them again)",
+    ),
 ]
 
 RULES: dict[str, Rule] = {rule.code: rule for rule in _RULE_LIST}

@@ -667,6 +667,21 @@ def _say_script_only(workflow: Workflow[Any, Any]) -> None:
     main = sys.modules.get("__main__")
     file = getattr(main, "__file__", None)
     script = os.path.basename(file) if isinstance(file, str) else "the program being run"
+    from wf._loader import unguarded_start
+
+    unguarded = unguarded_start(file) if isinstance(file, str) else None
+    if unguarded is not None:
+        logging.getLogger("wf").warning(
+            "workflow %r is declared in %s, run as __main__, which its workers do not import: "
+            "its top level runs %s outside if __name__ == \"__main__\": (a worker importing it "
+            "would start its runs again); a run of it this process does not finish is resumed "
+            "only by this script started again (put that call under the guard; wf check: "
+            "WF506)",
+            workflow.name,
+            script,
+            unguarded,
+        )
+        return
     logging.getLogger("wf").warning(
         "workflow %r is declared in %s, run as __main__, which no other process can import: "
         "a run of it this process does not finish is resumed only by this script started "
