@@ -174,7 +174,9 @@ def test_a_run_recorded_under_main_is_resumed_by_the_script_declaring_it_now(
     assert (run["workflow"], run["status"]) == ("__main__:assemble", "completed")
 
 
-UNGUARDED = SCRIPT.replace('if __name__ == "__main__":\n    asyncio.run(main())', "asyncio.run(main())")
+UNGUARDED = SCRIPT.replace(
+    'if __name__ == "__main__":\n    asyncio.run(main())', "asyncio.run(main())"
+)
 
 
 def test_a_script_with_an_unguarded_asyncio_run_keeps_main_and_says_why(

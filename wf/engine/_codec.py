@@ -581,6 +581,22 @@ _ENCODERS: dict[type, Callable[[Any, int], Any]] = {
 }
 
 
+def stores_class(cls: Any) -> bool:
+    """Whether ``encode`` stores instances of the class ``cls``: plain JSON types, the types it
+    tags (``bytearray``, ``datetime``, ``Decimal``, ``UUID``, ``set``, …), enums, named tuples,
+    dataclasses and pydantic models."""
+    if not isinstance(cls, type):
+        return False
+    if cls in _ENCODERS or cls in (str, int, float, bool, type(None), list, dict):
+        return True
+    if issubclass(cls, enum.Enum) or hasattr(cls, "__dataclass_fields__"):
+        return True
+    if issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make"):
+        return True
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and issubclass(cls, pydantic.BaseModel)
+
+
 # Per dataclass: (class ref, names of init fields, names of init=False fields).
 _DATACLASS_INFO: dict[type, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
 

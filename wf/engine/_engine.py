@@ -673,7 +673,7 @@ def _say_script_only(workflow: Workflow[Any, Any]) -> None:
     if unguarded is not None:
         logging.getLogger("wf").warning(
             "workflow %r is declared in %s, run as __main__, which its workers do not import: "
-            "its top level runs %s outside if __name__ == \"__main__\": (a worker importing it "
+            'its top level runs %s outside if __name__ == "__main__": (a worker importing it '
             "would start its runs again); a run of it this process does not finish is resumed "
             "only by this script started again (put that call under the guard; wf check: "
             "WF506)",

@@ -57,7 +57,12 @@ def _type_ref(tp: Any) -> str | None:
 
 
 def _type_label(tp: Any) -> str:
-    return getattr(tp, "__qualname__", None) or repr(tp)
+    """``PlainPayload``; a generic alias as written (``list[PlainPayload]``)."""
+    import typing
+
+    if isinstance(tp, type) and typing.get_origin(tp) is None:
+        return tp.__qualname__
+    return repr(tp).replace("typing.", "")
 
 
 def _load_type(ref: str | None) -> Any:
@@ -264,12 +269,14 @@ def create_hook(payload_type: Any = Any, *, token: str | None = None) -> Hook[An
     still holds raises ``HookError`` (dispose of the first hook, or give another token).
     """
     ctx = require_run("wf.create_hook()")
-    if unschemed(payload_type):
-        label = _type_label(payload_type)
+    refused = unschemed(payload_type)
+    if refused is not None:
+        label, part = _type_label(payload_type), _type_label(refused)
+        inside = "" if refused is payload_type else f" (in {label})"
         raise UsageError(
-            f"wf.create_hook({label}): no payload can ever be validated into {label} (pydantic "
-            "has no schema for it, and wf cannot store one): use a dataclass, a TypedDict, a "
-            "pydantic model or plain JSON types"
+            f"wf.create_hook({label}): no payload can ever be validated into {part}{inside}: "
+            "pydantic has no schema for it and wf cannot store one; use a dataclass, a "
+            "TypedDict, a pydantic model or plain JSON types"
         )
     state = ctx.state(HookState)
     if token is not None and token in state.held:

@@ -384,34 +384,58 @@ def validate_value(tp: Any, value: Any, *, where: str) -> Any:
     return _validated(_adapter_for(tp), value, InputValidationError, where)
 
 
-def unschemed(tp: Any) -> bool:
-    """Whether pydantic has no schema for ``tp`` (or a type inside it) and could only check
-    a value with ``isinstance``: a plain class. No JSON payload can be validated into such a
-    type, and wf cannot store an instance of it."""
+def unschemed(tp: Any) -> Any | None:
+    """The class in ``tp`` (``tp`` itself, or a type inside it) that neither pydantic has a
+    schema for nor wf's codec stores (a plain class): no payload can be validated into it, nor
+    an instance of it stored. None when there is none. A class the codec stores that pydantic
+    only checks with ``isinstance`` (``bytearray``) is carried: a payload of it is sent as one
+    (``wf.resume_hook``) and stored tagged."""
     if tp is Any or tp is object:
-        return False
+        return None
     try:
-        cached = _UNSCHEMED.get(tp)
+        cached = _UNSCHEMED.get(tp, _UNKNOWN)
     except TypeError:
-        return _unschemed(tp)
-    if cached is None:
-        cached = _UNSCHEMED[tp] = _unschemed(tp)
+        return _unschemed(tp, 0)
+    if cached is _UNKNOWN:
+        cached = _UNSCHEMED[tp] = _unschemed(tp, 0)
     return cached
 
 
-_UNSCHEMED: dict[Any, bool] = {}
+_UNKNOWN = object()
+_UNSCHEMED: dict[Any, Any] = {}
 
 
-def _unschemed(tp: Any) -> bool:
+def _unschemed(tp: Any, depth: int) -> Any | None:
+    import typing
+
     from pydantic import PydanticSchemaGenerationError, TypeAdapter
 
+    from wf.engine._codec import stores_class
+
+    if tp is Any or tp is object or tp is Ellipsis or depth > 8:
+        return None
     try:
         TypeAdapter(tp)
     except PydanticSchemaGenerationError:
-        return True
+        pass
     except Exception:  # an unresolved forward reference, …: validated as anything, not refused
-        return False
-    return False
+        return None
+    else:
+        return None
+    if isinstance(tp, type) and typing.get_origin(tp) is None:
+        return None if stores_class(tp) else tp
+    parts = typing.get_args(tp)
+    origin = typing.get_origin(tp)
+    if origin is typing.Annotated:
+        parts = parts[:1]
+    for part in parts:
+        if isinstance(part, type) or typing.get_origin(part) is not None:
+            found = _unschemed(part, depth + 1)
+            if found is not None:
+                return found
+    if not parts and origin is None:
+        return tp  # pydantic refuses it and it holds no part wf could name: as itself
+    return None
 
 
 def json_schema(tp: Any) -> dict[str, Any] | None:
