@@ -933,7 +933,7 @@ async def test_a_hook_of_any_type_the_codec_stores_is_accepted(
 ) -> None:
     # Was: create_hook(bytearray) refused ("pydantic has no schema, wf cannot store one"),
     # though the codec stores one: runs of an older wf waiting on such a hook failed on replay.
-    kind, payload = _CODEC_PAYLOADS[index]
+    _, payload = _CODEC_PAYLOADS[index]
     run = await wf.start(waits_for_a_codec_type, index)
     assert await run.result(timeout=10) == repr(payload)
 

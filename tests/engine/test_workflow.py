@@ -179,7 +179,10 @@ def test_a_reload_after_renaming_the_function_under_its_kept_name_replaces_it(
     # The rename the docs prescribe: the function gets a new name, name= keeps the old one.
     # Was: "declared twice" at the reload (the module's earlier declaration looked live).
     names.append("tests.names:nightly")
-    text = 'import wf\n@wf.workflow(name="tests.names:nightly")\nasync def {}() -> int:\n    return 1\n'
+    text = (
+        'import wf\n@wf.workflow(name="tests.names:nightly")\n'
+        "async def {}() -> int:\n    return 1\n"
+    )
     _module(modules, "names_renamed", text.format("build"))
     first = importlib.import_module("names_renamed")
     _module(modules, "names_renamed", "\n\n" + text.format("build_all"))
