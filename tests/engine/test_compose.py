@@ -483,12 +483,21 @@ async def test_a_block_whose_last_op_ends_the_journal_is_not_timed_out_by_a_late
     assert ran == ["in the block"]
 
 
+_clocks: list[MockClock] = []
+
+
+@wf.step
+async def takes_two_minutes() -> str:
+    _clocks[0].jump(120)  # the step's work takes two minutes of the (fake) clock
+    return "slow"
+
+
 @wf.workflow
 async def block_late_beside_a_long_sleep() -> str:
     sleeper = asyncio.ensure_future(wf.sleep(86400))
     try:
-        async with wf.timeout(0.01):
-            await work("slow in the block", 0.05)  # ends after the deadline
+        async with wf.timeout(60):
+            await takes_two_minutes()  # ends after the deadline, nothing left to stop
         seen = "in time"
     except TimeoutError:
         seen = "timed out"
@@ -497,8 +506,9 @@ async def block_late_beside_a_long_sleep() -> str:
 
 
 async def test_a_block_that_ended_late_is_timed_out_by_its_replay_too(
-    wf_engine: Engine,
+    wf_engine: Engine, mock_clock: MockClock
 ) -> None:
+    _clocks[:] = [mock_clock]
     run = await wf.start(block_late_beside_a_long_sleep)
     assert await run.result() == "timed out"
     journal = await wf_engine.store.read_journal(run.id)
