@@ -75,3 +75,18 @@ async def exits_from_nowhere() -> str:
 @wf.workflow
 async def anonymous_exit() -> str:
     return await exits_from_nowhere()
+
+
+@wf.step
+async def spawns_then_exits() -> str:
+    # A library's thread left running, then an exit no run owns: the worker ends with 1, and
+    # must not wait for the thread forever.
+    threading.Thread(target=lambda: time.sleep(3600), name="lib-pool").start()
+    asyncio.get_running_loop().call_soon(sys.exit, 5, context=contextvars.Context())
+    await asyncio.sleep(0.2)
+    return "after"
+
+
+@wf.workflow
+async def thread_then_exit() -> str:
+    return await spawns_then_exits()

@@ -103,3 +103,42 @@ def test_one_that_no_run_owns_ends_the_worker_saying_so_with_1(project: Project)
     )
     assert "Traceback" not in err.read_text()
     assert project.status("x1") == "running"  # due: the next worker resumes it
+
+
+def test_a_worker_ended_by_an_error_does_not_wait_for_such_a_thread(project: Project) -> None:
+    """The threads left were waited for only when the loop returned: a worker ended with 1
+    (an exit no run owns), or 3 (the store given up), waited for them forever."""
+    queued = project.wf("run", "tests.cli.exit_flows:thread_then_exit", "--id", "x1", "-d")
+    assert queued.returncode == 0, queued.stderr
+    proc, err = spawn_logged(project, "worker", "--until-idle", "--grace", "0.5")
+    assert finished(proc, 20) == 1, err.read_text()
+    said = [line for line in err.read_text().splitlines() if "'lib-pool'" in line]
+    assert len(said) == 1 and "0.5 s" in said[0], err.read_text()
+    assert "SystemExit(5) raised by code on the event loop" in err.read_text()
+    assert "Traceback" not in err.read_text()
+
+
+def test_the_code_an_error_maps_to_is_the_one_left_with_its_line_said_first(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store given up after an outage (a StoreError) is said in its line, then the
+    threads are left with its code, 3 (they were not: the error skipped the wait)."""
+    from wf import StoreError
+    from wf.cli import _stopping
+
+    left: list[int] = []
+    monkeypatch.setattr(_stopping, "leave_despite_threads", lambda code, *_: left.append(code))
+
+    def gives_up() -> int:
+        raise StoreError("the store stayed unreachable for 300 s")
+
+    assert _stopping.ended_despite_threads(gives_up, 1.0, print) == 3
+    assert left == [3]
+    assert "error: the store stayed unreachable for 300 s" in capsys.readouterr().err
+
+    def exits() -> int:
+        raise SystemExit(1)
+
+    assert _stopping.ended_despite_threads(exits, 1.0, print) == 1
+    assert _stopping.ended_despite_threads(lambda: None, 1.0, print) == 0
+    assert left == [3, 1, 0]

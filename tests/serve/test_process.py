@@ -407,3 +407,25 @@ def test_code_in_a_run_raising_systemexit_or_keyboardinterrupt_does_not_end_the_
     said = [line for line in err.splitlines() if raised in line]
     assert len(said) == 1 and "not a signal" in said[0], err
     assert "Traceback" not in err
+
+
+def test_a_server_ended_by_an_error_does_not_wait_for_a_thread_a_step_left(
+    tmp_path: Path,
+) -> None:
+    """As for ``wf worker``: the threads a step left were waited for only when the loop
+    returned; a server ended with 1 (an exit no run owns) waited for them forever."""
+    served = spawn_server(env_for(tmp_path), "--grace", "0.5")
+    try:
+        started = httpx.post(
+            served.url + "/api/v1/runs",
+            json={"target": "tests.cli.exit_flows:thread_then_exit"},
+            timeout=30,
+        )
+        assert started.status_code == 201, started.text
+        served.proc.wait(timeout=20)
+    finally:
+        code, err = stop(served)  # ended already, or the fault under test: killed
+    assert code == 1, err
+    said = [line for line in err.splitlines() if "'lib-pool'" in line]
+    assert len(said) == 1 and "0.5 s" in said[0], err
+    assert "SystemExit(5) raised by code on the event loop" in err

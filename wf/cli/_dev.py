@@ -116,11 +116,23 @@ def dev_command(
 
     options.store_path = store_dir().resolve()
     sink, close = _renderer(plain)
-    try:
-        # Code in a run cannot end wf dev (a SystemExit left to the loop): as `wf worker`.
-        run_contained(_serve(store, options, sink), logging.getLogger("wf.dev").error, who="wf dev")
-    finally:
-        close()
+
+    def serve() -> None:
+        try:
+            # Code in a run cannot end wf dev (a SystemExit left to the loop): as `wf worker`.
+            run_contained(
+                _serve(store, options, sink), logging.getLogger("wf.dev").error, who="wf dev"
+            )
+        finally:
+            close()
+
+    from wf.cli._stopping import ended_despite_threads
+
+    # Threads a step started run on after the loop closed: never wait for them past the
+    # grace, however the loop ended (as ``wf worker``).
+    code = ended_despite_threads(serve, options.grace, logging.getLogger("wf.dev").warning)
+    if code:
+        raise typer.Exit(code)
 
 
 def _import_wait() -> float:

@@ -11,7 +11,7 @@ import typer
 
 from wf.cli._errors import guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr
-from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck
+from wf.cli._stopping import GraceOption, ended_despite_threads, leave_if_stuck
 
 
 def register(app: typer.Typer) -> None:
@@ -142,23 +142,28 @@ def _run(
 
     with logging_to_stderr(log_format, loggers=("uvicorn",)):
         # Code in a run cannot end the server (a SystemExit left to the loop): as `wf worker`.
-        run_contained(
-            _serve(
-                host,
-                port,
-                token,
-                drive=not no_worker,
-                grace=grace,
-                sock=sock,
-                forwarded_allow_ips=forwarded_allow_ips,
-                log_format=LogFormat(log_format),
-            ),
-            lambda line: emit(line, level=logging.ERROR),
-            who="the server",
-        )
         # Threads a step started run on after the loop closed: never wait for them past the
-        # grace (as ``wf worker``).
-        leave_despite_threads(0, grace, lambda line: emit(line, level=logging.WARNING))
+        # grace, however the loop ended (as ``wf worker``).
+        code = ended_despite_threads(
+            lambda: run_contained(
+                _serve(
+                    host,
+                    port,
+                    token,
+                    drive=not no_worker,
+                    grace=grace,
+                    sock=sock,
+                    forwarded_allow_ips=forwarded_allow_ips,
+                    log_format=LogFormat(log_format),
+                ),
+                lambda line: emit(line, level=logging.ERROR),
+                who="the server",
+            ),
+            grace,
+            lambda line: emit(line, level=logging.WARNING),
+        )
+    if code:
+        raise typer.Exit(code)
 
 
 def _port(value: int) -> int:

@@ -63,6 +63,31 @@ def lingering_threads() -> list[threading.Thread]:
     ]
 
 
+def ended_despite_threads(
+    run: Callable[[], int | None], grace: float, say: Callable[[str], None]
+) -> int:
+    """``run()`` (a command's event loop), then ``leave_despite_threads`` with the exit code it
+    ended with, however it ended: returned, or an exception (code in a run that ended the
+    loop, the store given up after an outage, an internal error), which is reported first in
+    its one line, as ``guarded`` would (an exit in ``leave_despite_threads`` would lose it).
+    Threads a step left must not keep the process from exiting on an error either."""
+    from wf.cli._errors import EXIT_INTERRUPTED, report
+
+    try:
+        code = run() or 0
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        code = EXIT_INTERRUPTED
+    except Exception as exc:
+        code = report(exc)
+    leave_despite_threads(code, grace, say)
+    return code
+
+
 def leave_despite_threads(code: int, grace: float, say: Callable[[str], None]) -> None:
     """After a stopped worker's event loop closed: if threads started by code in its runs (a
     library's non-daemon pool) are still alive, say so in one line naming them, give them up

@@ -17,7 +17,7 @@ import typer
 from wf.cli._errors import EXIT_FAILED, EXIT_INTERRUPTED, guarded
 from wf.cli._logformat import LogFormat, LogFormatOption, emit, logging_to_stderr, trace_id_of
 from wf.cli._logformat import log as _wf_log
-from wf.cli._stopping import GraceOption, leave_despite_threads, leave_if_stuck
+from wf.cli._stopping import GraceOption, ended_despite_threads, leave_if_stuck
 
 if TYPE_CHECKING:
     from wf import RunRecord
@@ -102,22 +102,25 @@ def worker_command(
     from wf.admin._engines import run_contained
 
     with logging_to_stderr(log_format, quiet=quiet):
-        code = run_contained(
-            _work(
-                concurrency=(
-                    concurrency if concurrency is not None else setting("worker.concurrency")
-                ),
-                until_idle=until_idle,
-                poll=poll if poll is not None else setting("worker.poll"),
-                queues=queue,
-                grace=grace,
-                any_deployment=any_deployment,
-            ),
-            lambda line: _log(line, level=logging.ERROR),
-        )
         # Threads a step started keep running after the loop closed: never wait for them
-        # beyond the grace (the interpreter's exit would).
-        leave_despite_threads(code, grace, lambda line: _log(line, level=logging.WARNING))
+        # beyond the grace (the interpreter's exit would), however the loop ended.
+        code = ended_despite_threads(
+            lambda: run_contained(
+                _work(
+                    concurrency=(
+                        concurrency if concurrency is not None else setting("worker.concurrency")
+                    ),
+                    until_idle=until_idle,
+                    poll=poll if poll is not None else setting("worker.poll"),
+                    queues=queue,
+                    grace=grace,
+                    any_deployment=any_deployment,
+                ),
+                lambda line: _log(line, level=logging.ERROR),
+            ),
+            grace,
+            lambda line: _log(line, level=logging.WARNING),
+        )
     if code:
         raise typer.Exit(code)
 
