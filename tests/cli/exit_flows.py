@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import sys
 import threading
@@ -90,3 +91,28 @@ async def spawns_then_exits() -> str:
 @wf.workflow
 async def thread_then_exit() -> str:
     return await spawns_then_exits()
+
+
+_POOL = concurrent.futures.ThreadPoolExecutor(1)  # a library's module-level pool
+_BUSY_POOL = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="busy-pool")
+
+
+@wf.step
+def uses_a_pool() -> int:
+    return _POOL.submit(lambda: 42).result()  # its thread then waits, idle, for more
+
+
+@wf.workflow
+async def pooled() -> int:
+    return await uses_a_pool()
+
+
+@wf.step
+def leaves_a_pool_busy() -> str:
+    _BUSY_POOL.submit(time.sleep, 3600)
+    return "left"
+
+
+@wf.workflow
+async def busy_pool() -> str:
+    return await leaves_a_pool_busy()

@@ -142,3 +142,24 @@ def test_the_code_an_error_maps_to_is_the_one_left_with_its_line_said_first(
     assert _stopping.ended_despite_threads(exits, 1.0, print) == 1
     assert _stopping.ended_despite_threads(lambda: None, 1.0, print) == 0
     assert left == [3, 1, 0]
+
+
+def test_an_idle_pool_a_step_used_neither_delays_the_exit_nor_is_named(project: Project) -> None:
+    """A library's idle ThreadPoolExecutor worker (non-daemon) was counted as a thread still
+    running: every stop waited the whole --grace and said so, falsely (the interpreter's exit
+    ends such a worker at once)."""
+    queued = project.wf("run", "tests.cli.exit_flows:pooled", "--id", "p1", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    proc, err = spawn_logged(project, "worker", "--until-idle", "--grace", "60")
+    assert finished(proc, 20) == 0, err.read_text()
+    assert "thread(s)" not in err.read_text(), err.read_text()
+    assert project.status("p1") == "completed"
+
+
+def test_a_pool_left_busy_is_named_and_left_after_the_grace(project: Project) -> None:
+    queued = project.wf("run", "tests.cli.exit_flows:busy_pool", "--id", "p1", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    proc, err = spawn_logged(project, "worker", "--until-idle", "--grace", "0.5")
+    assert finished(proc, 20) == 0, err.read_text()
+    said = [line for line in err.read_text().splitlines() if "thread(s)" in line]
+    assert len(said) == 1 and "'busy-pool_0'" in said[0], err.read_text()

@@ -99,6 +99,7 @@ def leave_despite_threads(code: int, grace: float, say: Callable[[str], None]) -
 
     if not owns_interpreter() or threading.current_thread() is not threading.main_thread():
         return
+    _end_idle_pools()
     left = lingering_threads()
     if not left:
         return
@@ -121,6 +122,32 @@ def leave_despite_threads(code: int, grace: float, say: Callable[[str], None]) -
     if any(t.is_alive() for t in left):
         _flush()
         os._exit(code)
+
+
+_IDLE_POOL_WAIT = 0.2
+"""Seconds the workers of thread pools are given to end once woken (an idle one ends at once)."""
+
+
+def _end_idle_pools() -> None:
+    """End the idle workers of every ``ThreadPoolExecutor`` (a library's module-level pool: its
+    non-daemon workers wait for more work), as the interpreter's exit would, but without
+    waiting for a busy one: ``concurrent.futures``' own exit hook, which the interpreter runs
+    only after the threads it joins, so too late for ``leave_despite_threads``. A busy worker
+    runs on (what was queued, then it ends) and is counted, named and left after the grace.
+    No pool takes new work after this: the process is exiting."""
+    pools = sys.modules.get("concurrent.futures.thread")
+    workers = getattr(pools, "_threads_queues", None)
+    lock = getattr(pools, "_global_shutdown_lock", None)
+    if workers is None or lock is None:
+        return
+    with lock:
+        pools._shutdown = True  # type: ignore[union-attr]
+    items = list(workers.items())
+    for _thread, queue in items:
+        queue.put(None)  # a worker that takes it ends (and passes it on to the next)
+    deadline = time.monotonic() + _IDLE_POOL_WAIT
+    for thread, _queue in items:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _flush() -> None:
