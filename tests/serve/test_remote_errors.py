@@ -308,3 +308,42 @@ def test_a_token_no_http_header_can_carry_is_bad_usage(
         RemoteClient(URL, token)
     with pytest.raises(wf.UsageError, match="the token cannot go in an HTTP header"):
         wf.configure(url=URL, token=token)
+
+
+def test_a_run_s_feed_ended_cleanly_is_opened_again_after_a_pause_not_at_once(
+    serve: Callable[[Handler], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server (or a proxy) that ends ``/events`` at once, cleanly: ``wf run`` waiting for a
+    run (``ended(hooks_only=True)``) opened it again with no pause and no limit (418 requests
+    in 2 s). It now waits as for a server that stops (``Outage``), as ``watch`` does."""
+    from wf._remote import Outage
+
+    opened: list[str] = []
+
+    def feed(request: httpx.Request) -> httpx.Response:
+        opened.append(request.url.path)
+        if len(opened) > 10:
+            raise AssertionError(f"opened again at once: {opened}")
+        change = {"id": "r1", "status": "running", "updated_at": 1, "events": 3}
+        return httpx.Response(
+            200,
+            content=f"data: {json.dumps(change)}\n\n".encode(),
+            headers={"content-type": "text/event-stream", **WF},
+        )
+
+    class Gave(Exception):
+        pass
+
+    pauses: list[str] = []
+
+    async def failed(self: Outage, error: ServerUnavailable) -> None:
+        pauses.append(str(error))
+        if len(pauses) == 3:
+            raise Gave
+
+    monkeypatch.setattr(Outage, "failed", failed)
+    serve(feed)
+    with pytest.raises(Gave):
+        asyncio.run(HttpAdmin(RemoteClient(URL)).ended("r1", hooks_only=True))
+    assert len(opened) == 3 and all(p.endswith("/events") for p in opened), opened
+    assert all("ended the run's feed early" in p for p in pauses), pauses

@@ -468,8 +468,12 @@ class HttpAdmin:
                         return record
             except ServerUnavailableError as exc:
                 await outage.failed(exc)
-            # The feed ended (the server stops): opened again, the run read again.
-            seen = None
+            else:
+                # The server ended the feed (it stops) before the run ended: opened again
+                # after the pause of a server that stops, as ``watch`` (not at once: a proxy
+                # that ends it at once had it opened hundreds of times a second).
+                await outage.failed(_stopped(self.remote))
+            seen = None  # opened again: the run read again
 
     async def _feed(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
         """The run's changes (``GET /api/v1/events?run=ID``), each as the server tells it
