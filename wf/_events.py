@@ -49,24 +49,31 @@ KINDS: dict[str, EventKind] = {
         EventKind(
             "run_resumed",
             ("resumes",),
-            ("recoveries", "steps"),
+            ("recoveries", "steps", "same_drive", "drive"),
             doc="A driver resumed the run (a replay). After drivers died in it: ``recoveries``, "
             "how many in a row without progress, and ``steps``, the steps (``op``, ``name``) "
-            "the last one died in.",
+            "the last one died in. ``drive``: the drive's token (in each of its markers), "
+            "which its ``drive_failed`` repeats.",
         ),
         EventKind(
             "run_attempt",
             ("attempt",),
-            doc="An attempt of a queued run begins (the first, or a run-level retry).",
+            ("drive",),
+            doc="An attempt of a queued run begins (the first, or a run-level retry). ``drive``: "
+            "the drive's token, as in ``run_resumed``.",
         ),
         EventKind(
             "drive_failed",
             ("began", "error"),
+            ("drive",),
             doc="A drive stopped because the store failed to record one of its writes (a full "
             "disk, an I/O error: ``error``, in words): no process died. ``began``: the journal "
-            "position of that drive's first event (its marker), the drive this names; deaths "
-            "in a row (``max_recoveries``) do not count it. Written right after the failure, "
-            "or, when the store could not take it then, by the process's next drive of the run.",
+            "position of that drive's first event (its marker), and ``drive``: the token its "
+            "markers carry (absent for a drive without a marker), the drive this names; deaths "
+            "in a row (``max_recoveries``) do not count it, and only a drive whose marker at "
+            "``began`` carries that token is it (a late note cannot name another process's "
+            "drive whose marker took that position). Written right after the failure, or, when "
+            "the store could not take it then, by the process's next drive of the run.",
         ),
         EventKind(
             "run_retrying",

@@ -150,3 +150,52 @@ async def test_a_store_failure_is_said_as_no_death(
     with caplog.at_level("WARNING", logger="wf"):
         assert await drive_in_a_new_process(store, run_id) is None
     assert not [r for r in caplog.records if "died" in r.getMessage()]
+
+
+_STARTED = {"type": "run_started", "ts": 0, "workflow": "w", "input": None}
+
+
+def test_a_late_note_excuses_only_its_own_drive_not_another_process_s_at_that_position() -> None:
+    """Process A's first drive (no marker: it began after ``run_started``) was stopped by the
+    store, which took no note; process B's marker then took that position, and B died. A's
+    late note names the position: it excused B's death (1 death counted, not 2)."""
+    from wf.engine._recovery import recoveries
+
+    b_died = [
+        {"type": "run_resumed", "ts": 2, "resumes": 1, "drive": "b0b0b0b0"},
+        {"type": "step_started", "ts": 2, "op": 1, "name": "s"},
+    ]
+    a_died = [
+        {"type": "run_resumed", "ts": 4, "resumes": 2, "recoveries": 1, "drive": "a1a1a1a1"},
+        {"type": "step_started", "ts": 4, "op": 1, "name": "s"},
+    ]
+    late = {"type": "drive_failed", "ts": 4, "began": 1, "error": "ENOSPC"}
+    assert recoveries([_STARTED, *b_died, *a_died]).count == 2
+    assert recoveries([_STARTED, *b_died, late, *a_died]).count == 2
+    # A's drive had a marker of its own (a token), buffered and never written: the same.
+    named = {**late, "drive": "a0a0a0a0"}
+    assert recoveries([_STARTED, *b_died, named, *a_died]).count == 2
+    # The note of B's own drive excuses it; an old journal's (no tokens) as before.
+    own = {**late, "drive": "b0b0b0b0"}
+    assert recoveries([_STARTED, *b_died, own, *a_died]).count == 1
+    old = [{k: v for k, v in e.items() if k != "drive"} for e in (*b_died, late, *a_died)]
+    assert recoveries([_STARTED, *old]).count == 1
+
+
+async def test_a_drive_s_note_names_the_drive_its_markers_name(disk: Disk) -> None:
+    store = MemoryStore()
+    run_id = await start(store, limit=1)
+    passes.add(5)
+    async with TestEngine(store, MockClock()) as engine:
+        disk.full = disk.breaks = True  # the note cannot be written then: a late one
+        with pytest.raises(wf.StoreError):
+            await engine.drive_soon(run_id)
+        disk.breaks = disk.broken = False
+        with pytest.raises(wf.StoreError):
+            await engine.drive_soon(run_id)
+    journal = await store.read_journal(run_id)
+    notes = [e for e in journal if e["type"] == "drive_failed"]
+    assert len(notes) == 2
+    drives = [journal[note["began"]].get("drive") for note in notes]
+    assert [note.get("drive") for note in notes] == drives
+    assert len(set(drives)) == 2 and all(isinstance(d, str) and d for d in drives), journal

@@ -137,8 +137,9 @@ class DriveGate:
         self._cut: collections.OrderedDict[str, int] = collections.OrderedDict()
         """Runs whose last drives here ended with their lease or connection lost, or that the
         store stopped unnoted (``failed``): how many."""
-        self._unnoted: dict[str, list[tuple[int, str]]] = {}
-        """Runs whose drives the store stopped here, unnoted: where each began, the error."""
+        self._unnoted: dict[str, list[tuple[int, str | None, str]]] = {}
+        """Runs whose drives the store stopped here, unnoted: where each began, its token, the
+        error."""
 
     def cut(self, run_id: str) -> None:
         """A drive of ``run_id`` here ended with its lease or its connection lost."""
@@ -147,17 +148,18 @@ class DriveGate:
             forgotten, _ = self._cut.popitem(last=False)
             self._unnoted.pop(forgotten, None)
 
-    def failed(self, run_id: str, began: int, error: str) -> None:
+    def failed(self, run_id: str, began: int, drive: str | None, error: str) -> None:
         """The store stopped a drive of ``run_id`` here (the drive that began at journal
-        position ``began``) and could not take the note that says so (``drive_failed``):
-        not counted here, and noted by the next drive of the run here (``unnoted``)."""
+        position ``began``, with the token ``drive`` in its markers, if it wrote any) and could
+        not take the note that says so (``drive_failed``): not counted here, and noted by the
+        next drive of the run here (``unnoted``)."""
         self.cut(run_id)
         if run_id in self._cut:
-            self._unnoted.setdefault(run_id, []).append((began, error))
+            self._unnoted.setdefault(run_id, []).append((began, drive, error))
 
-    def unnoted(self, run_id: str) -> list[tuple[int, str]]:
+    def unnoted(self, run_id: str) -> list[tuple[int, str | None, str]]:
         """The drives of ``run_id`` the store stopped here whose note is still to be written:
-        where each began, and the store's error."""
+        where each began, its token, and the store's error."""
         return self._unnoted.get(run_id, [])
 
     def noted(self, run_id: str) -> None:

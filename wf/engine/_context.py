@@ -100,6 +100,8 @@ class StoreFailure(Suspending):
         self.began: int | None = None
         """Where the drive it stopped began in the journal (``RunContext.drive_began``), once
         the drive wrote its marker: the note ``drive_failed`` names it (``_recovery``)."""
+        self.drive: str | None = None
+        """The token of the drive it stopped (``RunContext.drive_token``): the note repeats it."""
 
 
 def current_run() -> RunContext | None:
@@ -250,6 +252,10 @@ class RunContext:
         self.drive_began: int | None = None
         """Where this drive's first event (its marker) lands in the journal, once the driver
         writes it (``_driver._mark_drive``): a ``drive_failed`` note names the drive so."""
+        self.drive_token: str | None = None
+        """This drive's token, in its markers (``drive``), when it writes any: a
+        ``drive_failed`` note repeats it, so that a note written late cannot name the drive
+        of another process whose marker took the same position (``_recovery``)."""
         self._deferred: list[Event] = []
         self._pending_writes = 0
         """``write_pending`` calls so far; ``_covered`` of them a finished flush made durable

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import secrets
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +118,9 @@ async def drive(
                 if failure.began is not None and not isinstance(
                     failure.error, LeaseLost | StoreUnavailable
                 ):
-                    await _note_failed(engine, lease, run_id, failure.began, failure.error)
+                    await _note_failed(
+                        engine, lease, run_id, failure.began, failure.drive, failure.error
+                    )
                 raise failure.error from None
             except _Held as held:
                 engine.holds[run_id] = held.hold
@@ -147,17 +150,33 @@ async def drive(
 
 
 async def _note_failed(
-    engine: EngineLike, lease: Lease, run_id: str, began: int, error: StoreError
+    engine: EngineLike,
+    lease: Lease,
+    run_id: str,
+    began: int,
+    drive: str | None,
+    error: StoreError,
 ) -> None:
-    """Note in the journal that the store stopped the drive that began at ``began``
-    (``drive_failed``); if the store cannot take that either, the process's next drive of the
-    run notes it (``DriveGate.failed``)."""
+    """Note in the journal that the store stopped the drive that began at ``began``, whose
+    markers carry the token ``drive`` (none when it wrote no marker) (``drive_failed``); if
+    the store cannot take that either, the process's next drive of the run notes it
+    (``DriveGate.failed``)."""
     words = str(error)[:500]
-    note = {"type": "drive_failed", "ts": engine.clock.now(), "began": began, "error": words}
+    note = drive_failed_note(engine.clock.now(), began, drive, words)
     try:
         await lease.append([note])
     except StoreError:
-        engine.drive_gate.failed(run_id, began, words)
+        engine.drive_gate.failed(run_id, began, drive, words)
+
+
+def drive_failed_note(ts: float, began: int, drive: str | None, error: str) -> Event:
+    """The ``drive_failed`` event naming the drive that began at ``began`` with token
+    ``drive`` (not written when the drive wrote no marker: ``_recovery`` matches it with
+    none)."""
+    note: Event = {"type": "drive_failed", "ts": ts, "began": began, "error": error}
+    if drive is not None:
+        note["drive"] = drive
+    return note
 
 
 class _PinnedElsewhere(Exception):
@@ -408,6 +427,7 @@ async def _drive_live(
         status, fields = await _run_workflow(ctx, workflow)
     except StoreFailure as failure:
         failure.began = ctx.drive_began
+        failure.drive = ctx.drive_token
         raise
     finally:
         poller.stop()
@@ -456,19 +476,25 @@ async def _mark_drive(
     # Drives of the run here the store stopped, whose note it could not take then: noted now,
     # before this drive's marker (``_recovery``).
     markers: list[Event] = [
-        ctx.event("drive_failed", ts=now, began=began, error=error)
-        for began, error in gate.unnoted(ctx.run_id)
+        drive_failed_note(now, began, drive, error)
+        for began, drive, error in gate.unnoted(ctx.run_id)
     ]
     notes = len(markers)
+    # The drive's token, in its markers: its ``drive_failed`` note repeats it (``_recovery``).
+    token = secrets.token_hex(4)
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
-        markers.append(ctx.event("run_attempt", ts=now, attempt=record.attempt))
+        markers.append(ctx.event("run_attempt", ts=now, attempt=record.attempt, drive=token))
     if resuming and (not starting or dead.count):
         record.resumes += 1
         recovered = {"recoveries": dead.count, "steps": list(dead.steps[-1])} if dead.count else {}
         if starting:
             recovered["same_drive"] = True  # one drive, two markers (``recoveries``)
-        markers.append(ctx.event("run_resumed", ts=now, resumes=record.resumes, **recovered))
+        markers.append(
+            ctx.event("run_resumed", ts=now, resumes=record.resumes, drive=token, **recovered)
+        )
+    if len(markers) > notes:
+        ctx.drive_token = token
     # The drive's marker outlives this process before the workflow's code runs: a death in
     # that code is then counted too (``wf.engine._recovery``). Where a soon write does not
     # (PostgreSQL, Redis) it is written at once, below, carrying the record's save; it stands

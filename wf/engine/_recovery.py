@@ -70,8 +70,11 @@ def recoveries(journal: Sequence[Event]) -> Recoveries:
     open_steps: dict[int, dict[str, Any]] = {}
     later: Event | None = None
     """The marker of the drive after the one being read."""
-    failed: set[int] = set()
-    """Where the drives the store stopped began (``drive_failed``): no deaths."""
+    failed: set[tuple[int, str | None]] = set()
+    """The drives the store stopped (``drive_failed``): where each began, and the token its
+    markers carry (none for a drive without a marker, and in journals written before wf
+    wrote tokens): no deaths. A note written late names a position that another process's
+    marker may have taken meanwhile: its token is not the note's, its death still counts."""
     for position in range(len(journal) - 1, -1, -1):
         event = journal[position]
         kind = event.get("type")
@@ -82,14 +85,15 @@ def recoveries(journal: Sequence[Event]) -> Recoveries:
             continue
         if kind == "drive_failed":
             began = event.get("began")
+            drive = event.get("drive")
             if isinstance(began, int):
-                failed.add(began)
+                failed.add((began, drive if isinstance(drive, str) else None))
             continue
         if kind not in _MARKERS and kind != "run_started":
             # Progress (or a suspension, a retry): a drive that recorded some and then died
             # is not a death "without progress", and nothing before it counts.
             break
-        if _began(event, position) in failed:
+        if (_began(event, position), _token(event)) in failed:
             pass  # the store stopped that drive: no process died (nor made progress)
         elif open_steps:
             deaths.append(tuple(sorted(open_steps.values(), key=lambda s: s["op"])))
@@ -111,6 +115,13 @@ def _began(event: Event, position: int) -> int:
     if event.get("type") == "run_resumed" and event.get("same_drive") is True:
         return position - 1
     return position
+
+
+def _token(event: Event) -> str | None:
+    """The token of the drive that ``event`` begins or ends the tail before: its markers'
+    (``drive``); none for the run's first drive without a marker (after ``run_started``)."""
+    drive = event.get("drive") if event.get("type") in _MARKERS else None
+    return drive if isinstance(drive, str) else None
 
 
 def _one_drive(marker: Event, later: Event | None) -> bool:
