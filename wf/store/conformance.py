@@ -598,6 +598,31 @@ class StoreConformance:
         await lease.release()
         assert await store.get_run(run.id) == run
 
+    async def test_a_record_saved_soon_during_a_write_goes_with_the_next(
+        self, store: Store, peer: Store
+    ) -> None:
+        """A ``save_soon`` made while a journal write is under way (a cancel taken in while a
+        step's completion is being written) is not dropped when that write ends: the next
+        write carries it."""
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        run.status = RunStatus.RUNNING
+        await lease.save(run)
+        writing = asyncio.ensure_future(lease.append([event("step_completed", op=0)]))
+        for _ in range(20):
+            await asyncio.sleep(0)  # the write goes out and awaits its answer
+        marked = run.copy()
+        marked.cancel_requested = True
+        if not lease.save_soon(marked.copy()):
+            await writing
+            await lease.release()
+            pytest.skip("this store saves no record with a journal write")
+        await lease.append([event("cancel_requested", message="m")])
+        await writing
+        assert (await peer.get_run(run.id)).cancel_requested
+        await lease.release()
+
     async def test_the_holder_reads_the_run_as_it_left_it(self, store: Store) -> None:
         big = {"blob": "x" * 100_000}  # a large value: stores may keep it out of the record
         run = record(input=big)

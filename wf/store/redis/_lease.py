@@ -293,6 +293,9 @@ class RedisLease(Lease):
             self._soon = []
             if record is None:
                 record = self._save_next
+            # Taken now (or replaced by ``record``): one that ``save_soon`` queues while this
+            # write awaits its answer goes with the next write, not cleared with this one.
+            self._save_next = None
             if not batch and record is None:
                 return
             if self._length is None:
@@ -312,7 +315,6 @@ class RedisLease(Lease):
             future = self._inflight = self._store._batcher.submit(_scripts.WRITE, args)
             future.add_done_callback(lambda f: self._settle(f, length))
             await asyncio.shield(future)
-            self._save_next = None
             if self._lost is not None:
                 raise self._lost
 
