@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import gc
 import logging
+import threading
 import warnings
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,9 @@ from wf import Engine
 from wf.engine._current import use_engine
 from wf.engine._futures import in_run, install_task_factory
 from wf.engine._inbox import InboxPoller
+from wf.store import RunRecord, RunStatus
+from wf.store.local._lease import LocalLease
+from wf.store.memory import _MemoryLease
 from wf.testing import MockClock
 
 started: list[asyncio.Event] = []
@@ -129,3 +133,64 @@ async def test_looks_stop_for_good_only_when_looking_again_is_pointless(
         assert poller._stopped is stops, error
         assert len(caplog.records) == 1, caplog.records
         poller.stop()
+
+
+held_began = threading.Event()
+held_may_end = threading.Event()
+
+
+@wf.step
+def held_sync() -> str:
+    held_began.set()
+    held_may_end.wait(30)
+    return "done"
+
+
+@wf.step
+async def after_held() -> str:
+    return "after"
+
+
+@wf.workflow
+async def held_then_after() -> str:
+    return await held_sync() + await after_held()
+
+
+@pytest.mark.stores("memory", "local")
+@pytest.mark.timeout(60)
+async def test_a_cancel_whose_record_save_fails_once_is_applied_on_the_next_look(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save of the cancel flag (taken in while a sync step runs) failing once does not
+    lose the cancel: the message is not yet applied, the next look takes it in again, and
+    the run ends cancelled (it had completed, the message acknowledged and dropped)."""
+    held_began.clear()
+    held_may_end.clear()
+    wf_engine.inbox_poll = 0.01
+    failed: list[int] = []
+    for cls in (LocalLease, _MemoryLease):
+        real = cls.save
+
+        async def save(self: Any, record: RunRecord, real: Any = real) -> None:
+            if record.cancel_requested and record.status is RunStatus.RUNNING and not failed:
+                failed.append(1)
+                raise wf.StoreError("disk full (simulated, once)")
+            await real(self, record)
+
+        monkeypatch.setattr(cls, "save", save)
+    run = await wf.start(held_then_after)
+    try:
+        await asyncio.to_thread(held_began.wait, 10)
+        await wf_engine.store.post(run.id, "cancel", {})  # as `wf cancel` from another process
+        async with asyncio.timeout(10):
+            while not any(
+                e["type"] == "cancel_requested" for e in await wf_engine.store.read_journal(run.id)
+            ):
+                await asyncio.sleep(0.01)
+        assert failed
+        assert (await wf_engine.store.get_run(run.id)).cancel_requested
+    finally:
+        held_may_end.set()
+    with pytest.raises(wf.RunCancelled):
+        await asyncio.wait_for(run.result(), 20)
+    assert (await wf_engine.store.get_run(run.id)).status is RunStatus.CANCELLED

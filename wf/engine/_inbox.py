@@ -52,7 +52,13 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
             # running yet has it saved by its drive's start, just after.)
             running = ctx.record.status is RunStatus.RUNNING and not ctx.closed
             if running and not ctx.lease.save_soon(ctx.record.copy()):
-                await ctx.lease.save(ctx.record)
+                try:
+                    await ctx.lease.save(ctx.record)
+                except BaseException:
+                    # Not applied: the message stays in the inbox, and the poller's next look
+                    # (after a store failure) or the run's next driver takes it in again.
+                    ctx.applied_messages.discard(message.id)
+                    raise
             await ctx.write(ctx.event("cancel_requested", message=message.id))
             ctx.fire()
         elif message.kind == "wake":
