@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -183,27 +182,23 @@ async def list_runs(
 
 async def _pending_cancels(store: Store, page: RunPage) -> RunPage:
     """Mark the listed runs asked to stop whose request no driver has taken in yet (it waits
-    in the run's inbox), as the detail does (``RunDetail.cancel_requested``): one inbox read
-    for each unfinished run of the page not marked already, none for the others. A request
-    taken in is in the record from then on (``wf.engine._inbox``)."""
+    in the run's inbox), as the detail does (``RunDetail.cancel_requested``): one call of the
+    store for the unfinished runs of the page not marked already (``Store.cancels_waiting``:
+    one query on a server store), none if there are none. A request taken in is in the
+    record from then on (``wf.engine._inbox``)."""
     runs = list(page.runs)
-    unmarked = [
-        (i, record)
-        for i, record in enumerate(runs)
+    unmarked = {
+        record.id
+        for record in runs
         if not record.cancel_requested and not record.status.is_terminal
-    ]
+    }
     if not unmarked:
         return page
-
-    async def asked(record: RunRecord) -> bool:
-        try:
-            return any(m.kind == "cancel" for m in await store.read_inbox(record.id))
-        except (RunNotFound, StoreCorrupted):
-            return False  # deleted since, or an inbox that cannot be read: the record's word
-
-    found = await asyncio.gather(*(asked(record) for _, record in unmarked))
-    for (i, record), yes in zip(unmarked, found, strict=True):
-        if yes:
+    asked = await store.cancels_waiting(unmarked)
+    if not asked:
+        return page
+    for i, record in enumerate(runs):
+        if record.id in asked and record.id in unmarked:
             runs[i] = dataclasses.replace(record, cancel_requested=True)
     return dataclasses.replace(page, runs=runs)
 

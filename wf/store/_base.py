@@ -1042,6 +1042,24 @@ class Store(abc.ABC):
     async def read_inbox(self, run_id: str) -> list[InboxMessage]:
         """Messages not yet acknowledged, oldest first."""
 
+    async def cancels_waiting(self, run_ids: Collection[str]) -> set[str]:
+        """The runs among ``run_ids`` with a ``cancel`` message in their inbox that no driver
+        has acknowledged yet: asked to stop, though their records may not say so yet (a
+        listing marks them, ``wf.admin.list_runs``). Runs that do not exist (deleted since)
+        and inboxes that cannot be read are left out: the record's word stands for them.
+
+        One query of the store for all of them (a server store overrides this default, which
+        reads each inbox in turn: cheap for a store in memory or on local files)."""
+        found = set()
+        for run_id in dict.fromkeys(run_ids):
+            try:
+                messages = await self.read_inbox(run_id)
+            except (RunNotFound, StoreCorrupted):
+                continue
+            if any(m.kind == "cancel" for m in messages):
+                found.add(run_id)
+        return found
+
     @abc.abstractmethod
     async def due_runs(
         self,

@@ -1081,6 +1081,22 @@ class StoreConformance:
         assert [m.kind for m in await store.read_inbox(run.id)] == ["wake"]
         await lease.release()
 
+    async def test_cancels_waiting_names_the_runs_with_a_cancel_in_their_inbox(
+        self, store: Store, peer: Store
+    ) -> None:
+        asked, woken, taken, quiet = record(), record(), record(), record()
+        for run in (asked, woken, taken, quiet):
+            await store.create_run(run)
+        await store.post(asked.id, "wake", {})
+        await store.post(asked.id, "cancel", {})
+        await store.post(woken.id, "wake", {})
+        lease = await self._acquire(store, taken.id)
+        await lease.ack_inbox([await store.post(taken.id, "cancel", {})])  # taken in
+        await lease.release()
+        ids = [asked.id, woken.id, taken.id, quiet.id, new_run_id(), asked.id]
+        assert await peer.cancels_waiting(ids) == {asked.id}
+        assert await store.cancels_waiting([]) == set()
+
     async def test_a_watched_inbox_hears_a_post(self, store: Store, peer: Store) -> None:
         """``watch_inbox`` calls its callback on this loop when a post lands, from this handle
         or another: how a driven run hears a cancel at once. A store that keeps the default

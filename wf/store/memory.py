@@ -290,6 +290,14 @@ class MemoryStore(Store):
         run = self._run(run_id)
         return [_message(run.inbox[k]) for k in sorted(run.inbox)]
 
+    async def cancels_waiting(self, run_ids: Collection[str]) -> set[str]:
+        found = set()
+        for run_id in run_ids:
+            run = self._runs.get(run_id)
+            if run is not None and any(m.kind == "cancel" for m in run.inbox.values()):
+                found.add(run_id)
+        return found
+
     async def due_runs(
         self,
         now: float,

@@ -396,6 +396,10 @@ FROM wf_runs r LEFT JOIN wf_inbox m ON m.run_id = r.id
 WHERE r.id = %s ORDER BY m.id
 """
 
+_CANCELS_WAITING = """
+SELECT DISTINCT run_id FROM wf_inbox WHERE run_id = ANY(%s) AND kind = 'cancel'
+"""
+
 _REGISTER_HOOK = """
 INSERT INTO wf_hooks (token, run_id, op, payload_schema, created_at)
 VALUES (%(token)s, %(run)s, %(op)s, %(schema)s, %(created)s)
@@ -1294,6 +1298,13 @@ class PostgresStore(Store):
         if not rows:
             raise RunNotFound(run_id)
         return _inbox([row for row in rows if row[0] is not None])
+
+    async def cancels_waiting(self, run_ids: Collection[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        async with self._query("read the inboxes of listed runs", None, False, runs=True) as conn:
+            cur = await conn.execute(_CANCELS_WAITING, [list(run_ids)])
+            return {row[0] for row in await cur.fetchall()}
 
     async def due_runs(
         self,

@@ -791,6 +791,28 @@ class RedisStore(Store):
         pairs = [x for item in flat.items() for x in item]
         return _decode.inbox(pairs, self._key("in:", run_id))
 
+    async def cancels_waiting(self, run_ids: Collection[str]) -> set[str]:
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return set()
+        self._signals.reading_runs()
+        found = await self._pipe(
+            *(("hvals", self._key("in:", run_id)) for run_id in ids), each=True
+        )
+        asked = set()
+        for run_id, values in zip(ids, found, strict=True):
+            if isinstance(values, Exception):
+                continue  # a damaged inbox (a key of another type): the record's word stands
+            for value in values:
+                try:
+                    kind = orjson.loads(value)[0]
+                except (ValueError, TypeError, IndexError, KeyError):
+                    continue  # damage: the run's own reads say so; the record's word stands
+                if kind == "cancel":
+                    asked.add(run_id)
+                    break
+        return asked
+
     async def due_runs(
         self,
         now: float,
