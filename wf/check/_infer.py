@@ -65,10 +65,8 @@ def _numbers_only(expr: ast.expr, scope: Scope, depth: int) -> bool:
     return False
 
 
-_NUMBER_TYPES = frozenset(
-    {"int", "float", "bool", "builtins.int", "builtins.float", "builtins.bool"}
-)
-_NUMBER_CALLS = frozenset({"builtins.int", "builtins.float", "builtins.bool", "builtins.len"})
+_INT_TYPES = frozenset({"int", "bool", "builtins.int", "builtins.bool"})
+_INT_CALLS = frozenset({"builtins.int", "builtins.bool", "builtins.len"})
 _TUPLE_TYPES = frozenset({"tuple", "Tuple", "builtins.tuple", "typing.Tuple"})
 _ARITHMETIC = (
     ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
@@ -76,38 +74,100 @@ _ARITHMETIC = (
 )  # fmt: skip
 
 
-def hashes_alike(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:
-    """Whether ``hash(expr)`` is surely the same in every process: an int, float or bool (a
-    literal, a name every assignment or annotation of which says so, ``len()``, ``int()``,
-    arithmetic on them) or a tuple of such. Strings and bytes hash differently per process,
-    plain objects (``None`` before Python 3.12) by their address: anything else is no."""
+def hashes_alike(
+    expr: ast.expr, scope: Scope, depth: int = 0, assumed: frozenset[tuple[int, str]] = frozenset()
+) -> bool:
+    """Whether ``hash(expr)`` is surely the same in every process: an int or bool (a literal,
+    a name every binding of which is one, and its annotation too, ``len()``, ``int()``,
+    ``bool()``, arithmetic on them) or a tuple of such. Strings and bytes hash differently
+    per process, plain objects (``None`` before Python 3.12) by their address, and a float
+    may be NaN, which hashes by identity (Python 3.10 on): anything else is no.
+
+    ``assumed``: the names (by their scope) being looked at further up, taken as int-like in
+    their own bindings (``total = total + n``): a name all of whose bindings are int-like
+    when it is, is."""
     if depth > _MAX_DEPTH:
         return False
     if isinstance(expr, ast.Constant):
-        return type(expr.value) in (int, float, bool)
+        return type(expr.value) in (int, bool)
     if isinstance(expr, ast.Tuple):
-        return all(hashes_alike(item, scope, depth + 1) for item in expr.elts)
+        return all(hashes_alike(item, scope, depth + 1, assumed) for item in expr.elts)
     if isinstance(expr, ast.UnaryOp):
         # `not x` is a bool whatever x is.
-        return isinstance(expr.op, ast.Not) or hashes_alike(expr.operand, scope, depth + 1)
+        return isinstance(expr.op, ast.Not) or _int_like(expr.operand, scope, depth + 1, assumed)
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, _ARITHMETIC):
-        # Both sides numbers (`s + s` of strings is a string, `s % n` formats one).
-        return hashes_alike(expr.left, scope, depth + 1) and _number_like(
-            expr.right, scope, depth + 1
+        if isinstance(expr.op, ast.Mult) and isinstance(expr.left, ast.Tuple):
+            return hashes_alike(expr.left, scope, depth + 1, assumed) and _int_like(
+                expr.right, scope, depth + 1, assumed
+            )
+        # Both sides ints (`s + s` of strings is a string, `s % n` formats one); a quotient
+        # of ints is a float, never NaN.
+        return _int_like(expr.left, scope, depth + 1, assumed) and _int_like(
+            expr.right, scope, depth + 1, assumed
         )
     if isinstance(expr, ast.Call):
-        return resolve_expr(expr.func, scope) in _NUMBER_CALLS
+        return resolve_expr(expr.func, scope) in _INT_CALLS
     if isinstance(expr, ast.Name):
-        return _name_is(expr.id, scope, depth, hashes_alike, _hashes_alike_annotation)
+        return _name_hashes_alike(expr.id, scope, depth, assumed)
     return False
 
 
-def _number_like(expr: ast.expr, scope: Scope, depth: int) -> bool:
-    return not isinstance(expr, ast.Tuple) and hashes_alike(expr, scope, depth)
+def _int_like(
+    expr: ast.expr, scope: Scope, depth: int, assumed: frozenset[tuple[int, str]]
+) -> bool:
+    return not isinstance(expr, ast.Tuple) and hashes_alike(expr, scope, depth, assumed)
+
+
+def _name_hashes_alike(
+    name: str, scope: Scope, depth: int, assumed: frozenset[tuple[int, str]]
+) -> bool:
+    """A name is surely int-like only if its annotation (if any) says so and every binding
+    of it says so: in its scope and in every scope that rebinds it (``global``,
+    ``nonlocal``). An annotation alone is believed only for a parameter (its caller's
+    value: nothing in the code says otherwise)."""
+    owner = binding_scope(name, scope)
+    if owner is None or name in owner.imports or name in owner.defs or name in owner.classes:
+        return False
+    key = (id(owner), name)
+    if key in assumed:
+        return True
+    annotation = owner.annotations.get(name) or owner.param_annotations.get(name)
+    if annotation is not None and not _hashes_alike_annotation(annotation, owner):
+        return False
+    if name in owner.params and name not in owner.param_annotations:
+        return False
+    bindings = [(value, owner) for value in owner.bindings.get(name, ())]
+    bindings += _rebindings(name, owner)
+    if not bindings:
+        return name in owner.param_annotations
+    inner = assumed | {key}
+    return all(
+        value is not None and hashes_alike(value, where, depth + 1, inner)
+        for value, where in bindings
+    )
+
+
+def _rebindings(name: str, owner: Scope) -> list[tuple[ast.expr | None, Scope]]:
+    """The bindings of ``name`` made in the scopes below ``owner`` that declare it
+    ``global`` (``owner`` the module) or ``nonlocal`` (``owner`` a function)."""
+    found: list[tuple[ast.expr | None, Scope]] = []
+    stack = list(owner.children)
+    while stack:
+        scope = stack.pop()
+        stack.extend(scope.children)
+        if owner.kind == "module":
+            rebinds = name in scope.globals
+        else:
+            rebinds = any(
+                isinstance(stmt, ast.Nonlocal) and name in stmt.names for stmt in scope.scope_stmts
+            )
+        if rebinds:
+            found += [(value, scope) for value in scope.bindings.get(name, ())]
+    return found
 
 
 def _hashes_alike_annotation(annotation: ast.expr, scope: Scope) -> bool:
-    """``int``, ``float``, ``bool``, or a ``tuple[...]`` of them (``tuple[int, ...]`` too)."""
+    """``int``, ``bool``, or a ``tuple[...]`` of them (``tuple[int, ...]`` too)."""
     if isinstance(annotation, ast.Subscript):
         if resolve_expr(annotation.value, scope) not in _TUPLE_TYPES and not (
             isinstance(annotation.value, ast.Name) and annotation.value.id in _TUPLE_TYPES
@@ -122,8 +182,8 @@ def _hashes_alike_annotation(annotation: ast.expr, scope: Scope) -> bool:
             for item in items
         )
     if isinstance(annotation, ast.Name):
-        return annotation.id in _NUMBER_TYPES
-    return resolve_expr(annotation, scope) in _NUMBER_TYPES
+        return annotation.id in _INT_TYPES
+    return resolve_expr(annotation, scope) in _INT_TYPES
 
 
 def is_loop(expr: ast.expr, scope: Scope, depth: int = 0) -> bool:

@@ -177,8 +177,8 @@ _UUID = CallRule("WF103", "`{name}()` makes a random UUID; on replay it is a dif
 _OS_RANDOM = CallRule("WF104", "`{name}()` reads OS randomness; on replay it differs")
 _HASH = CallRule(
     "WF105",
-    "`{name}()` of a string, bytes or object differs between processes (string hashes are"
-    " randomised per process); a replay in another process gets another value",
+    "`{name}()` of a string, bytes, object or float NaN differs between processes (string"
+    " hashes are randomised per process); a replay in another process gets another value",
     "for a stable number use a digest: `zlib.crc32(s.encode())`, `hashlib.sha256(...)`",
 )
 _ID = CallRule(
