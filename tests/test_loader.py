@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wf._loader import shadowing, split_target, stdlib_hint
+from wf._loader import load_target, shadowing, split_target, stdlib_hint
 
 # A standard module this process has not imported: a project file of its name is what an
 # import of it gets.
@@ -91,6 +91,19 @@ def test_an_entry_of_sys_modules_that_is_no_module_gets_no_hint(
 )
 def test_a_target_splits_at_its_one_colon(target: str, parts: tuple[str, str]) -> None:
     assert split_target(target) == parts
+
+
+def test_a_file_path_with_a_colon_splits_at_the_last_colon(tmp_path: Path) -> None:
+    """A colon inside a file's path (``odd:dir/job.py``) is the path's: the target names a
+    file all the same (runs queued by such a path still load)."""
+    odd = tmp_path / "odd:dir"
+    odd.mkdir()
+    source = "import wf\n\n@wf.workflow\nasync def job() -> int:\n    return 7\n"
+    (odd / "job.py").write_text(source)
+    (odd / "plain").write_text("")
+    assert split_target(f"{odd}/job.py:job") == (f"{odd}/job.py", "job")
+    assert split_target(f"{odd}/plain:job") == (f"{odd}/plain", "job")  # an existing file
+    assert load_target(f"{odd}/job.py:job").__name__ == "job"
 
 
 @pytest.mark.parametrize("target", ["flows.py:buy:extra", "a:b:c", "C:\\x.py:a:b", "flows:buy:"])

@@ -192,11 +192,13 @@ def ensure_project_on_path() -> None:
 
 def split_target(target: str) -> tuple[str, str]:
     """Split ``module:attr`` into its two parts; a missing ``:attr`` is an error, and so is a
-    colon more (but a Windows drive's: ``C:\\shop\\flows.py:order``)."""
+    colon more (but a Windows drive's: ``C:\\shop\\flows.py:order``, and one in a file's
+    path: ``/data/odd:dir/job.py:job`` splits at its last colon when what is before it
+    ends in ``.py`` or is a file)."""
     windows = target[1:2] == ":" and target[:1].isalpha() and target[2:3] in ("\\", "/")
     drive = target[:2] if windows else ""
     rest = target[len(drive) :]
-    if rest.count(":") > 1:
+    if rest.count(":") > 1 and not _names_a_file(target.rpartition(":")[0]):
         module, _, extra = rest.partition(":")
         raise LoadError(
             f"invalid target {target!r}: one colon too many: {drive + module!r} is the module, "
@@ -209,6 +211,16 @@ def split_target(target: str) -> tuple[str, str]:
             f"invalid target {target!r}: expected 'module:attribute' or 'path/file.py:attribute'"
         )
     return module, attr
+
+
+def _names_a_file(module: str) -> bool:
+    """Whether ``module`` (what comes before a target's last colon) is a file's path."""
+    if module.endswith(".py"):
+        return True
+    try:
+        return os.path.isfile(module)
+    except (OSError, ValueError):
+        return False
 
 
 _T = TypeVar("_T")
