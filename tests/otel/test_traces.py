@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -357,6 +358,28 @@ def test_wf_run_prints_its_result_and_exits_when_the_span_exporter_blocks(
     assert proc.returncode == 0, err
     assert json.loads(out) == "user u1"
     assert err.count("span exporter did not finish within 3 s") == 1, err
+
+
+def test_wf_run_waits_for_a_blocked_exporter_once_when_spans_ended_at_import(
+    project: Project,
+) -> None:
+    """Spans ended while the target is imported wait for the exporter with the run's, after
+    it: one wait of 3 s and one warning, not one for the import and one for the run."""
+    began = time.monotonic()
+    proc = project.spawn(
+        "run", "tests.otel.blocking_at_import_wf:onboarding", "--input", '"u1"', "-q"
+    )
+    try:
+        out, err = proc.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    took = time.monotonic() - began
+    assert proc.returncode == 0, err
+    assert json.loads(out) == "user u1"
+    assert err.count("span exporter did not finish within 3 s") == 1, err
+    assert took < 6, took
 
 
 class _NetworkExporter(SpanExporter):

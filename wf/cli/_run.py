@@ -156,7 +156,8 @@ def run_command(
     from wf.cli._stdout import stdout_to_stderr
 
     # Importing the target runs the module's code: what it prints is not the result either.
-    with stdout_to_stderr():
+    # (Spans ended meanwhile are exported with the run's, after it: one wait, not two.)
+    with stdout_to_stderr(flush_spans=False):
         workflow, canonical = admin.workflow_at(target)
         request = admin.run_request(workflow, data, options=options, target=canonical)
     code = asyncio.run(

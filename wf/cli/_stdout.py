@@ -28,6 +28,10 @@ FLUSH_SPANS_MS = 3000
 """How long the spans of a batch processor may take to export before the result is written."""
 
 
+_stuck: threading.Thread | None = None
+"""A flush that outlived its wait (the exporter blocks): no other is waited for meanwhile."""
+
+
 def _flush_spans() -> None:
     """Export the spans the tracer provider still holds, if the code used OpenTelemetry (it
     is not imported here otherwise); an exporter that fails or hangs is the code's own.
@@ -47,10 +51,14 @@ def _flush_spans() -> None:
             with contextlib.suppress(Exception):
                 flush(FLUSH_SPANS_MS)
 
+        global _stuck
+        if _stuck is not None and _stuck.is_alive():
+            return  # an earlier flush still waits on the exporter: said once, waited once
         thread = threading.Thread(target=run, name="wf-flush-spans", daemon=True)
         thread.start()
         thread.join(FLUSH_SPANS_MS / 1000)
         if thread.is_alive():
+            _stuck = thread
             print(
                 f"wf: the span exporter did not finish within {FLUSH_SPANS_MS / 1000:g} s: "
                 "spans not yet exported may be lost",
@@ -60,9 +68,13 @@ def _flush_spans() -> None:
 
 
 @contextlib.contextmanager
-def stdout_to_stderr() -> Iterator[None]:
+def stdout_to_stderr(*, flush_spans: bool = True) -> Iterator[None]:
     """While the block runs, what is written to stdout (the stream or descriptor 1) goes to
-    stderr; afterwards stdout is what it was, for the result."""
+    stderr; afterwards stdout is what it was, for the result.
+
+    ``flush_spans``: export the spans ended meanwhile first (a console exporter's go to
+    stderr); False when a later block flushes them with its own (``wf run``'s import, then
+    its run)."""
     original = sys.stdout
     _flush(original, sys.__stdout__)
     try:
@@ -75,7 +87,8 @@ def stdout_to_stderr() -> Iterator[None]:
             yield
     finally:
         # What was written to the held streams belongs before the result, on stderr.
-        _flush_spans()
+        if flush_spans:
+            _flush_spans()
         _flush(original, sys.__stdout__)
         if saved is not None:
             os.dup2(saved, 1)
