@@ -212,3 +212,29 @@ async def test_waiting_for_a_cancelled_sync_step_takes_no_thread_of_the_default_
         assert journal[-1]["type"] == "run_failed"
     finally:
         one.shutdown(wait=False)
+
+
+async def test_queued_calls_touch_the_loops_timers_from_its_thread_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The warning's timing is the event loop's own business: no timer of it is cancelled
+    from a pool thread as a call ends (asyncio's handles are not thread-safe)."""
+    from wf.engine._threads import StepThreads
+
+    loop_thread = threading.get_ident()
+    off_loop: list[str] = []
+    real_cancel = asyncio.TimerHandle.cancel
+
+    def cancel(handle: asyncio.TimerHandle) -> None:
+        if threading.get_ident() != loop_thread:
+            off_loop.append(threading.current_thread().name)
+        real_cancel(handle)
+
+    monkeypatch.setattr(asyncio.TimerHandle, "cancel", cancel)
+    pool = StepThreads(1)
+    try:
+        async with asyncio.timeout(10):
+            await asyncio.gather(*(pool.run(lambda: None, f"step {i}") for i in range(50)))
+    finally:
+        pool.shutdown()
+    assert off_loop == []

@@ -10,6 +10,7 @@ to what may run at once (``Engine.step_threads``); its threads are created as st
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import logging
 import os
@@ -58,6 +59,12 @@ class StepThreads:
         self.busy = 0
         """Calls submitted and not ended (running, or queued for a thread)."""
         self._said_at: float | None = None
+        self._queued: collections.deque[tuple[float, str, concurrent.futures.Future[Any]]] = (
+            collections.deque()
+        )
+        """Calls that had to queue, with the loop time at which to look whether they began."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_loop: asyncio.AbstractEventLoop | None = None
 
     def run(self, fn: Callable[[], Any], what: str) -> asyncio.Future[Any]:
         """Run ``fn`` in a thread of the pool, from the event loop; ``what`` (a step and its
@@ -70,28 +77,37 @@ class StepThreads:
         with self._lock:
             self.busy += 1
             waits = self.busy > self.size
-        if not waits:
-            future = self._pool.submit(fn)
-            future.add_done_callback(self._ended)  # also when cancelled before it ran
-            return asyncio.wrap_future(future)
-        began = threading.Event()
-
-        def call() -> Any:
-            began.set()
-            return fn()
-
-        timer = asyncio.get_running_loop().call_later(
-            self.warn_after, self._still_waiting, began, what
-        )
-        future = self._pool.submit(call)
-        future.add_done_callback(self._ended)
-        future.add_done_callback(lambda _: timer.cancel())
+        future = self._pool.submit(fn)
+        future.add_done_callback(self._ended)  # also when cancelled before it ran
+        if waits:
+            # Looked at once, ``warn_after`` seconds on, by one timer of the loop for all the
+            # calls queued (a timer each cost a queued call three times as much, and was
+            # cancelled from the pool's thread, which asyncio's handles do not allow).
+            loop = asyncio.get_running_loop()
+            self._queued.append((loop.time() + self.warn_after, what, future))
+            if self._timer is None or self._timer_loop is not loop:
+                self._timer_loop = loop
+                self._timer = loop.call_later(self.warn_after, self._look, loop)
         return asyncio.wrap_future(future)
 
-    def _still_waiting(self, began: threading.Event, what: str) -> None:
-        """``warn_after`` seconds after a call had to queue: warn if its code has not begun."""
-        if began.is_set():
-            return
+    def _look(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop: each queued call whose ``warn_after`` has run out is looked at (and
+        forgotten); the timer is set again for the next one, if any."""
+        if loop is not self._timer_loop:
+            return  # a timer of a loop the pool has left for another
+        self._timer = None
+        queued = self._queued
+        now = loop.time()
+        while queued and queued[0][0] <= now:
+            _due, what, future = queued.popleft()
+            if not (future.running() or future.done()):
+                self._still_waiting(what)
+        if queued:
+            self._timer = loop.call_at(queued[0][0], self._look, loop)
+
+    def _still_waiting(self, what: str) -> None:
+        """A call queued ``warn_after`` seconds ago whose code has not begun: say so, at most
+        once every ``warn_every`` seconds."""
         now = self._clock()
         if self._said_at is not None and now - self._said_at < self.warn_every:
             return
