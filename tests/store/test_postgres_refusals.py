@@ -151,3 +151,50 @@ async def test_a_worker_started_on_a_read_only_database_says_it_was_refused(
     assert "read-only transaction" in said, said
     lines = [r.getMessage() for r in caplog.records if r.name == "wf.worker"]
     assert len(lines) == 1 and "refuses the worker's commands as it starts" in lines[0], lines
+
+
+@pytest.mark.timeout(60)
+async def test_a_foreground_ride_out_waits_for_writes_on_a_read_only_database(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wf run``'s ride-out tried a write by taking a slot, an advisory lock, which a
+    read-only database grants: it said "answers again" at once and drove the run back into
+    the refusal (10 failed/back pairs in 3 s, then exit 3; the running step run again). It
+    waits until a write is taken: said once each way, the step run no more than once more,
+    the run completed."""
+    from wf import admin
+    from wf.engine import _worker
+
+    monkeypatch.setattr(_worker, "OUTAGE_RETRY", (0.02, 0.1))
+    store = PostgresStore(database)
+    engine = Engine(store)
+    said: list[str] = []
+    STEPS_RUN.clear()
+    try:
+        with use_engine(engine):
+            run = await wf.start(steps, 1, detach=True)
+            driving = asyncio.create_task(
+                admin.drive_through_outages(
+                    run,
+                    on_failed=lambda error, limit: said.append("failed"),
+                    on_back=lambda after: said.append("back"),
+                )
+            )
+            async with asyncio.timeout(20):
+                while not STEPS_RUN:
+                    await asyncio.sleep(0.005)
+            await asyncio.to_thread(read_only, database, True)
+            async with asyncio.timeout(20):
+                while not said and not driving.done():
+                    await asyncio.sleep(0.01)
+            ran = len(STEPS_RUN)
+            await asyncio.sleep(1.5)  # many tries at 0.1 s
+            assert not driving.done(), driving.exception()
+            assert said == ["failed"], said
+            assert len(STEPS_RUN) == ran, STEPS_RUN
+            await asyncio.to_thread(read_only, database, False)
+            await asyncio.wait_for(driving, 30)
+            assert said == ["failed", "back"], said
+            assert await run.result() == 1 + 0 + 1 + 2 + 3
+    finally:
+        await store.close()

@@ -172,8 +172,8 @@ async def drive_through_outages(
     it out: ``on_failed(error, limit)`` is told once, the store is tried again after 0.5 s,
     then up to every 5 s, for up to the worker's outage limit (``OUTAGE_LIMIT``, 300 s) in a
     row; ``on_back(seconds)`` is told when it answers, and the run is driven again from its
-    journal. It answers when a read of the run and a write (a place of a slot of the run's,
-    taken and given back) both succeed: a server that answers reads but refuses writes (out
+    journal. It answers when a read of the run and a write (``Store.probe_write``: one that
+    changes nothing) both succeed: a server that answers reads but refuses writes (out
     of memory, a read-only replica, a disk it cannot save to) is still failing, and the drive
     is not started again to be cut again. Past the limit, or after ``RIDE_OUT_CUTS`` cut
     drives, the failure is raised (the run stays for ``wf worker``)."""
@@ -187,9 +187,7 @@ async def drive_through_outages(
 
     async def answers() -> None:
         await run.status()
-        slot = await store.try_slot(f"ride-out:{run.id}", 1)
-        if slot is not None:
-            await slot.release()
+        await store.probe_write()
 
     cuts = 0
     while True:

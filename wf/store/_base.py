@@ -1180,6 +1180,13 @@ class Store(abc.ABC):
         del run_id, callback
         return unwatched
 
+    async def probe_write(self) -> None:
+        """Write nothing durable, as a write would: raise ``wf.StoreUnavailable`` when the store
+        refuses writes now (a read-only replica or database, a server out of memory or unable
+        to save), return when it takes them. Leaves nothing behind. How ``wf run``'s ride-out
+        tells a store that answers again from one that answers only reads. The default (a
+        store with nothing that refuses writes by itself) returns."""
+
     # -- queue semantics: lanes, slots, rates -----------------------------------------------
 
     @abc.abstractmethod

@@ -1336,6 +1336,11 @@ class PostgresStore(Store):
         rows = await self._fetchall("read a group's lane", _LANE_AHEAD, [lane, run_id, limit])
         return [row[0] for row in rows]
 
+    async def probe_write(self) -> None:
+        # A write of no row: refused all the same by a read-only transaction or a standby
+        # (SQLSTATE 25006), as the executor checks before it looks for rows.
+        await self._fetchall("try a write", _PROBE_WRITE, None)
+
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         session = await self._ready()
         keys = [
@@ -2071,6 +2076,9 @@ take-back is rare: its commit may take the notify lock)."""
 
 RATE_CLOSE_WAIT = 2.0
 """Seconds ``PostgresStore.close`` waits for rate limits' counts and take-backs in flight."""
+
+_PROBE_WRITE = "UPDATE wf_runs SET id = id WHERE false RETURNING id"
+"""A write that changes nothing (``Store.probe_write``)."""
 
 _LANE_AHEAD = """
 SELECT o.id FROM wf_runs me JOIN wf_runs o ON o.lane_name = me.lane_name AND o.lane < me.lane

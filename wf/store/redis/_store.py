@@ -889,6 +889,13 @@ class RedisStore(Store):
         )
         return [_text(x) for x in found]
 
+    async def probe_write(self) -> None:
+        # A key of the store's own, set with a short life, then deleted: a server refusing
+        # writes refuses the SET; a DEL lost leaves a key that expires by itself.
+        key = self._key("probe:", secrets.token_hex(8))
+        await self._call("set", key, b"1", 10)
+        await self._call("delete", key)
+
     async def try_slot(self, name: str, capacity: int) -> Slot | None:
         token = secrets.token_hex(8)
         # Not cancelled with its caller: a place taken then is given back (``_taking``).
