@@ -1186,6 +1186,7 @@ class Store(abc.ABC):
         to save), return when it takes them. Leaves nothing behind. How ``wf run``'s ride-out
         tells a store that answers again from one that answers only reads. The default (a
         store with nothing that refuses writes by itself) returns."""
+        return None
 
     # -- queue semantics: lanes, slots, rates -----------------------------------------------
 
