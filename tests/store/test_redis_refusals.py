@@ -209,6 +209,33 @@ async def test_a_refusal_that_may_mean_the_wrong_server_reconnects_the_pool(
 
 
 @pytest.mark.timeout(60)
+async def test_the_pool_made_again_cuts_no_command_of_another_task(
+    prefix: str, proxy: tuple[RefusingProxy, str]
+) -> None:
+    """The pool was made again (after a refusal that may mean the wrong server) by closing
+    its idle connections, which redis-py picks at once and closes a loop step later: a task
+    that took one of them in between lost its command (a write not sent again: the store
+    failed for it). A connection is made again only by the task that takes it."""
+    refusing, url = proxy
+    store = RedisStore(url, prefix=prefix)
+    try:
+        run = record()
+        await store.create_run(run, [event("run_started")])
+        await asyncio.gather(*(store.post(run.id, "note", {"i": i}) for i in range(3)))
+        refusing.fail_over(REFUSALS["readonly"][0])
+        with pytest.raises(wf.StoreUnavailable):
+            await store.post(run.id, "note", {})
+        posted = await asyncio.gather(
+            store.get_run(run.id),  # the first call after the refusal makes the pool again
+            *(store.post(run.id, "note", {"i": i}) for i in range(3)),
+            return_exceptions=True,
+        )
+        assert not [p for p in posted if isinstance(p, BaseException)], posted
+    finally:
+        await store.close()
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["oom", "readonly", "misconf", "noreplicas"])
 async def test_a_foreground_ride_out_waits_for_writes_not_for_a_read(
     kind: str, prefix: str, proxy: tuple[RefusingProxy, str], monkeypatch: pytest.MonkeyPatch

@@ -14,6 +14,7 @@ import math
 import re
 import secrets
 import urllib.parse
+import weakref
 from collections.abc import Callable, Collection, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -112,6 +113,26 @@ def describe(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=user + host))
 
 
+class _RedialingPool(aioredis.BlockingConnectionPool):
+    """A pool whose connections can all be made again (``redial``) without closing one that
+    another task may be using: each connection made before is closed and opened again by the
+    task that takes it next, once it is its own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dialled = 0
+        self._dialled_in: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+    def redial(self) -> None:
+        self._dialled += 1
+
+    async def ensure_connection(self, connection: Any) -> None:
+        if self._dialled_in.get(connection, self._dialled) != self._dialled:
+            await connection.disconnect()
+        await super().ensure_connection(connection)
+        self._dialled_in[connection] = self._dialled
+
+
 class RedisStore(Store):
     """Runs, journals, the queue, hooks and streams in Redis, shared by any number of processes.
 
@@ -167,7 +188,7 @@ class RedisStore(Store):
         # A blocking pool: a burst of calls (a gather of a hundred starts) waits for one of
         # ``pool_size`` connections instead of failing with "too many connections".
         try:
-            pool = aioredis.BlockingConnectionPool.from_url(
+            pool = _RedialingPool.from_url(
                 self.url,
                 max_connections=self.pool_size,
                 timeout=30,
@@ -222,8 +243,12 @@ class RedisStore(Store):
             # A failover may have moved the address (a DNS name, a proxy) to a new primary:
             # the pooled connections stay on the old server, now a replica, so each is made
             # again (as redis-py's Sentinel pool does on ``READONLY``).
+            # Not closed here: a connection idle now may be taken by another task before the
+            # close, which would cut its command. Each is made again by the task taking it.
             self._redial = False
-            await self._client.connection_pool.disconnect(inuse_connections=False)
+            pool = self._client.connection_pool
+            if isinstance(pool, _RedialingPool):
+                pool.redial()
         if not self._checked:
             await self._check_format(self._client)
             self._checked = True
