@@ -77,3 +77,43 @@ async def test_a_group_whose_notifier_cannot_start_is_polled(
     assert not any("TaskGroup" in m for m in said), said
     assert any("decode" in m.lower() for m in said), said
     assert len([m for m in said if "polling" in m]) == 1, said
+
+
+async def test_failures_a_long_calm_run_apart_never_turn_to_polling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A notifier that hears nothing (a quiet project) and fails now and then, each time
+    after a long calm run, is restarted each time: the failures are no row. (The count of
+    failures that heard nothing was reset only by an event heard: the third such failure,
+    days apart, turned the group to polling for good.)"""
+    import types
+
+    import watchfiles
+
+    clock = [0.0]
+    started: list[float] = []
+
+    async def failing_after_a_calm_run(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        started.append(clock[0])
+        clock[0] += _watch.RESTART_CALM + 1  # a long run hearing nothing, then a failure
+        raise RuntimeError("notifier failed")
+        yield  # an async generator, as watchfiles.awatch
+
+    monkeypatch.setattr(watchfiles, "awatch", failing_after_a_calm_run)
+    monkeypatch.setattr(_watch, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(_watch, "restart_pause", lambda failures: 0.0)
+    watcher = Watcher([tmp_path], polling=False, debounce_ms=100, step_ms=20, poll_delay_ms=20)
+    stop = asyncio.Event()
+    with caplog.at_level(logging.WARNING, logger="wf.dev"):
+        await watcher.start(stop)
+        try:
+            async with asyncio.timeout(5.0):
+                while len(started) < 2 * _watch.POLL_AFTER and "polling" not in caplog.text:
+                    await asyncio.sleep(0.001)
+        finally:
+            stop.set()
+            await watcher.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert not any("polling" in m for m in said), said
+    # Each failure the first of a row again: each said as a warning.
+    assert len([m for m in said if "file watcher failed" in m]) >= 2 * _watch.POLL_AFTER - 1, said

@@ -243,7 +243,8 @@ class Watcher:
             except Exception as error:  # a name not in UTF-8 fails the notifier for good
                 cause = failure_cause(error)
                 if time.monotonic() - started > RESTART_CALM:
-                    failures = 0  # worked a while: the first failure of a row again
+                    # Worked a while: the first failure of a row again, deaf or not.
+                    failures = deaf = 0
                 deaf = 0 if heard else deaf + 1
                 if deaf >= POLL_AFTER:
                     log.warning(
