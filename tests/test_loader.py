@@ -112,3 +112,66 @@ def test_a_target_with_a_colon_too_many_says_so(target: str) -> None:
 
     with pytest.raises(wf.UsageError, match="one colon too many"):
         split_target(target)
+
+
+_STARTS = """\
+import asyncio
+import wf
+
+
+@wf.workflow
+async def w() -> int:
+    return 1
+
+
+async def main() -> None:
+    await wf.start(w)
+
+
+"""
+
+
+@pytest.mark.parametrize(
+    "guarded",
+    [
+        'if "__main__" == __name__:\n    asyncio.run(main())',
+        'if __name__ == "__main__" and len(__file__) > 1:\n    asyncio.run(main())',
+        'if __name__ != "__main__":\n    pass\nelse:\n    asyncio.run(main())',
+        'if __name__ in {"__main__", "tool"}:\n    asyncio.run(main())',
+        'if __name__ in ("__main__",):\n    asyncio.run(main())',
+        'if __name__ in ["__main__"]:\n    asyncio.run(main())',
+        # A nested function the top level never calls runs nothing.
+        "def make_cli():\n    def go():\n        asyncio.run(main())\n    return go\n\n"
+        "cli = make_cli()",
+    ],
+)
+def test_a_start_that_runs_only_as_a_script_is_guarded(tmp_path: Path, guarded: str) -> None:
+    # Was: only `__name__ == "__main__"` exactly was a guard, and a runner anywhere in a
+    # called function's body (nested functions too) counted: the script kept `__main__`.
+    from wf._loader import unguarded_start
+
+    script = tmp_path / "guarded.py"
+    script.write_text(_STARTS + guarded + "\n")
+    assert unguarded_start(str(script)) is None
+
+
+@pytest.mark.parametrize(
+    ("unguarded", "what"),
+    [
+        ('if __name__ != "__main__":\n    asyncio.run(main())', "asyncio.run(...)"),
+        ("from asyncio import run\nrun(main())", "asyncio.run(...)"),
+        ("import asyncio as aio\naio.run(main())", "asyncio.run(...)"),
+        ("with asyncio.Runner() as r:\n    r.run(main())", "asyncio.Runner(...)"),
+        ("def go():\n    asyncio.run(main())\n\ndef deeper():\n    go()\n\ndeeper()", "deeper()"),
+    ],
+)
+def test_a_start_the_import_runs_is_found_however_spelled(
+    tmp_path: Path, unguarded: str, what: str
+) -> None:
+    # Was: `from asyncio import run`, an `asyncio` alias and `asyncio.Runner` went unseen.
+    from wf._loader import unguarded_start
+
+    script = tmp_path / "unguarded.py"
+    script.write_text(_STARTS + unguarded + "\n")
+    found = unguarded_start(str(script))
+    assert found is not None and found.startswith(what), found

@@ -100,20 +100,26 @@ def script_module(fn: Any) -> str | None:
         return None
 
 
-_RUNNERS = frozenset({"asyncio.run", "anyio.run", "trio.run", "uvloop.run", "wf.start"})
+_RUNNERS = frozenset(
+    {"asyncio.run", "asyncio.Runner", "anyio.run", "trio.run", "uvloop.run", "wf.start"}
+)
 _unguarded: dict[str, str | None] = {}
+_MAX_DEPTH = 4  # a top-level call of a function that calls one that runs a loop, so deep
 
 
 def unguarded_start(file: str) -> str | None:
     """The first module-level call in the script ``file`` that starts runs when the file is
-    imported (``asyncio.run(...)`` or ``wf.start(...)`` outside ``if __name__ ==
-    "__main__":``, or a call of a module-level ``def`` whose body makes one), as
-    ``asyncio.run(...) (line 17)``; None if there is none or the file cannot be read. Parsed
-    once per file: a script declares its workflows when it starts. ``wf check`` finds more
-    (rule WF506)."""
+    imported (``asyncio.run(...)``, ``asyncio.Runner(...)`` or ``wf.start(...)``, however
+    imported, outside the part of an ``if`` that runs only as a script, see
+    ``wf._guard.main_guard``; or a call of a module-level ``def`` whose body, not counting the
+    functions it defines, makes one or calls such a ``def``), as ``asyncio.run(...) (line
+    17)``; None if there is none or the file cannot be read. Parsed once per file: a script
+    declares its workflows when it starts. ``wf check`` finds more (rule WF506)."""
     if file in _unguarded:
         return _unguarded[file]
     import ast
+
+    from wf._guard import import_time_calls
 
     found: str | None = None
     try:
@@ -121,13 +127,27 @@ def unguarded_start(file: str) -> str | None:
     except (OSError, SyntaxError, ValueError):
         tree = None
     if tree is not None:
+        names = _imported_names(tree)
         defs = {d.name: d for d in tree.body if isinstance(d, ast.FunctionDef)}
-        for call in _module_level_calls(tree.body):
-            what = _runner(call)
-            if what is None and isinstance(call.func, ast.Name) and call.func.id in defs:
-                body = defs[call.func.id]
-                inner = [c for c in ast.walk(body) if isinstance(c, ast.Call) and _runner(c)]
-                what = f"{call.func.id}()" if inner else None
+
+        def starts(call: ast.Call, depth: int, seen: set[str]) -> str | None:
+            what = _runner(call, names)
+            if what is not None or depth >= _MAX_DEPTH:
+                return what
+            if not (isinstance(call.func, ast.Name) and call.func.id in defs):
+                return None
+            name = call.func.id
+            if name in seen:
+                return None
+            seen.add(name)
+            # The function's own statements: those of a function it defines run only if called.
+            for inner in import_time_calls(defs[name].body):
+                if starts(inner, depth + 1, seen) is not None:
+                    return f"{name}()"
+            return None
+
+        for call in import_time_calls(tree.body):
+            what = starts(call, 0, set())
             if what is not None:
                 found = f"{what} (line {call.lineno})"
                 break
@@ -135,52 +155,40 @@ def unguarded_start(file: str) -> str | None:
     return found
 
 
-def _runner(call: Any) -> str | None:
+def _imported_names(tree: Any) -> dict[str, str]:
+    """Each name an import binds in ``tree``, to what it names (``aio`` -> ``asyncio``,
+    ``run`` -> ``asyncio.run``)."""
+    import ast
+
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    names[alias.asname] = alias.name
+                else:
+                    top = alias.name.partition(".")[0]
+                    names[top] = top
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return names
+
+
+def _runner(call: Any, names: dict[str, str]) -> str | None:
     import ast
 
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in ("run_until_complete", "run_forever"):
         return f"{func.attr}(...)"
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        dotted = f"{func.value.id}.{func.attr}"
-        return f"{dotted}(...)" if dotted in _RUNNERS else None
-    return None
-
-
-def _module_level_calls(body: list[Any]) -> list[Any]:
-    """Calls the module-level statements make (not in defs, classes, lambdas, nor
-    ``if __name__ == "__main__":``; its ``else`` runs on import)."""
-    import ast
-
-    calls: list[ast.Call] = []
-    stack: list[ast.AST] = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.If) and _main_guard(node.test):
-            stack.extend(reversed(node.orelse))
-            continue
-        if isinstance(node, ast.Call):
-            calls.append(node)
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-    return calls
-
-
-def _main_guard(test: Any) -> bool:
-    import ast
-
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return False
-    sides = [test.left, test.comparators[0]]
-    return isinstance(test.ops[0], ast.Eq) and {
-        "name"
-        if isinstance(s, ast.Name) and s.id == "__name__"
-        else "main"
-        if isinstance(s, ast.Constant) and s.value == "__main__"
-        else "other"
-        for s in sides
-    } == {"name", "main"}
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    dotted = ".".join([names.get(func.id, func.id), *reversed(parts)])
+    return f"{dotted}(...)" if dotted in _RUNNERS else None
 
 
 def ensure_project_on_path() -> None:

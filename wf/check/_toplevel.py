@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from wf._guard import import_time_calls
 from wf.check._checks import Sink
 from wf.check._declared import Declarations
 from wf.check._index import ModuleIndex, Scope
@@ -80,29 +81,6 @@ def _starter(
 
 
 def _top_level_calls(tree: ast.AST) -> Iterator[ast.Call]:
-    """The calls module-level statements make, outside functions, classes, lambdas and
-    ``if __name__ == "__main__":`` blocks (not their ``else``, which runs on import)."""
-    body = tree.body if isinstance(tree, ast.Module) else []
-    stack: list[ast.AST] = list(reversed(body))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.If) and _is_main_guard(node.test):
-            stack.extend(reversed(node.orelse))  # the ``else`` runs when imported
-            continue
-        if isinstance(node, ast.Call):
-            yield node
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _is_main_guard(test: ast.expr) -> bool:
-    """``__name__ == "__main__"`` (either way round)."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
-        return False
-    if not isinstance(test.ops[0], ast.Eq):
-        return False
-    sides = [test.left, test.comparators[0]]
-    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
-    texts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
-    return len(names) == 1 and len(texts) == 1
+    """The calls module-level statements make, outside functions, classes, lambdas and the
+    parts of ``if`` statements that run only as a script (``wf._guard.main_guard``)."""
+    yield from import_time_calls(tree.body if isinstance(tree, ast.Module) else [])
