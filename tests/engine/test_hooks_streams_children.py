@@ -888,6 +888,20 @@ class Order(pydantic.BaseModel):
     id: int
 
 
+@dataclasses.dataclass
+class Tree:
+    """A type that holds itself: looked into once, not for ever."""
+
+    value: int
+    children: list[Tree]
+
+
+@dataclasses.dataclass
+class Blob:
+    data: bytearray
+    at: datetime.datetime
+
+
 _CODEC_PAYLOADS: list[tuple[Any, Any]] = [
     (bytearray, bytearray(b"abc")),
     (bytes, b"abc"),
@@ -907,6 +921,8 @@ _CODEC_PAYLOADS: list[tuple[Any, Any]] = [
     (list[bytearray], [bytearray(b"x")]),
     (dict[str, bytearray], {"k": bytearray(b"y")}),
     (bytearray | None, None),
+    (Tree, Tree(1, [Tree(2, [])])),
+    (Blob, Blob(bytearray(b"z"), datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))),
 ]
 
 
@@ -951,3 +967,39 @@ async def test_a_plain_class_inside_a_hook_type_is_refused_by_its_name(
     with pytest.raises(wf.RunFailed) as caught:
         await run.result(timeout=10)
     assert "validated into PlainPayload (in list[" in caught.value.message
+
+
+@dataclasses.dataclass
+class HoldsAPlain:
+    p: PlainPayload
+
+
+class PlainTuple(NamedTuple):
+    n: int
+    p: PlainPayload
+
+
+@dataclasses.dataclass
+class HoldsAHolder:
+    inner: list[HoldsAPlain | None]
+
+
+@wf.workflow
+async def waits_for_a_holder_of_a_plain_class(index: int) -> str:
+    kind = [HoldsAPlain, PlainTuple, HoldsAHolder, dict[str, PlainTuple]][index]
+    hook = wf.create_hook(kind, token=f"holder-{index}")
+    return repr(await hook.next())
+
+
+@pytest.mark.parametrize("index", range(4))
+async def test_a_dataclass_or_named_tuple_holding_a_plain_class_is_refused(
+    wf_engine: Engine, index: int
+) -> None:
+    # Was: accepted whatever its fields held; every wf.resume_hook then raised
+    # ValueEncodingError ("contains a PlainPayload at .p") and the run waited for ever.
+    run = await wf.start(waits_for_a_holder_of_a_plain_class, index)
+    with pytest.raises(wf.RunFailed) as caught:
+        await run.result(timeout=10)
+    assert caught.value.error_type.endswith("UsageError")
+    assert "validated into PlainPayload (in " in caught.value.message
+    assert await wf_engine.store.list_hooks() == []

@@ -395,9 +395,9 @@ def unschemed(tp: Any) -> Any | None:
     try:
         cached = _UNSCHEMED.get(tp, _UNKNOWN)
     except TypeError:
-        return _unschemed(tp, 0)
+        return _unschemed(tp, 0, set())
     if cached is _UNKNOWN:
-        cached = _UNSCHEMED[tp] = _unschemed(tp, 0)
+        cached = _UNSCHEMED[tp] = _unschemed(tp, 0, set())
     return cached
 
 
@@ -405,7 +405,7 @@ _UNKNOWN = object()
 _UNSCHEMED: dict[Any, Any] = {}
 
 
-def _unschemed(tp: Any, depth: int) -> Any | None:
+def _unschemed(tp: Any, depth: int, seen: set[int]) -> Any | None:
     import typing
 
     from pydantic import PydanticSchemaGenerationError, TypeAdapter
@@ -423,19 +423,53 @@ def _unschemed(tp: Any, depth: int) -> Any | None:
     else:
         return None
     if isinstance(tp, type) and typing.get_origin(tp) is None:
-        return None if stores_class(tp) else tp
+        if not stores_class(tp):
+            return tp
+        if id(tp) in seen:
+            return None  # a type that holds itself: looked into already
+        seen.add(id(tp))
+        # A dataclass or named tuple the codec stores only if its fields can be: look into them.
+        return _unschemed_parts(_field_types(tp), depth, seen)
     parts = typing.get_args(tp)
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         parts = parts[:1]
-    for part in parts:
-        if isinstance(part, type) or typing.get_origin(part) is not None:
-            found = _unschemed(part, depth + 1)
-            if found is not None:
-                return found
+    found = _unschemed_parts(parts, depth, seen)
+    if found is not None:
+        return found
     if not parts and origin is None:
         return tp  # pydantic refuses it and it holds no part wf could name: as itself
     return None
+
+
+def _unschemed_parts(parts: Any, depth: int, seen: set[int]) -> Any | None:
+    import typing
+
+    for part in parts:
+        if isinstance(part, type) or typing.get_origin(part) is not None:
+            found = _unschemed(part, depth + 1, seen)
+            if found is not None:
+                return found
+    return None
+
+
+def _field_types(cls: type) -> tuple[Any, ...]:
+    """The annotated types of the fields of the dataclass or named tuple ``cls`` (none for
+    other classes, or if its annotations do not resolve: then they are not looked into)."""
+    import dataclasses
+    import typing
+
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls)]
+    elif issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        names = list(cls._fields)
+    else:
+        return ()
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # a forward reference that does not resolve, …
+        return ()
+    return tuple(hints[name] for name in names if name in hints)
 
 
 def json_schema(tp: Any) -> dict[str, Any] | None:
