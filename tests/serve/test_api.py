@@ -271,8 +271,9 @@ async def test_open_event_streams_share_one_listing_per_change(
         run_id = await api.start("adder", [1, 2])
         await asyncio.gather(*listeners)
     assert heard == [run_id] * streams
-    # The first look, and one (or a few, as the run moves on) per change: not one per stream.
-    assert listings <= 5, listings
+    # The first look, and one (or a few, as the run moves on) per change: not one per stream
+    # (12). A loaded machine lets the run move through more changes before every stream heard.
+    assert listings <= 8, listings
 
 
 async def test_errors_have_one_shape_and_the_right_status(api: Api) -> None:
