@@ -117,7 +117,9 @@ class CreationSequence:
             self._write(fd, number)
 
     def _bump(self, floor: int, *, step: int, found: int | None = None) -> int:
-        found = self._scan_if_damaged(found)
+        # No look at the file before the lock: a healthy file (every creation) is read once,
+        # under it; the creation path scans a damaged one beforehand (``needs_rebuild``,
+        # ``prepare``), and any other taker finds the damage under the lock and scans there.
         with self._locked("taken to number a new run") as fd:
             last, rebuilt = self._read(fd, found)
             number = max(last, floor) + step
