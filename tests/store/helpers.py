@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -359,3 +360,28 @@ async def edit_record(store: Store, run_id: str, changes: dict[str, Any]) -> Non
             client.hset(key, "rec", orjson.dumps(data))
         finally:
             client.close()
+
+
+def require_redis(url: str) -> None:
+    """Skip the test (fail it under ``WF_REQUIRE_REDIS=1``) unless the Redis at ``url``
+    answers, saying why."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+    except Exception as exc:  # any failure to connect means: skip with the reason
+        why = f"Redis not reachable at WF_TEST_REDIS_URL={url}: {exc}"
+        if os.environ.get("WF_REQUIRE_REDIS") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def redis_prefix(url: str) -> Iterator[str]:
+    """A fresh key prefix on the Redis at ``url`` for one test (``require_redis`` first),
+    its keys deleted afterwards: a fixture's body (``yield from``)."""
+    require_redis(url)
+    name = f"wft:{uuid.uuid4().hex[:12]}:"
+    yield name
+    drop_redis_keys(url, name)

@@ -40,6 +40,7 @@ from tests.store.helpers import (  # noqa: E402
     forking_holder,
     lose_the_lease_then_take_over,
     python,
+    require_redis,
     save,
     taken_over_beside_a_forked_helper,
 )
@@ -54,24 +55,9 @@ from wf.testing import MockClock, TestEngine  # noqa: E402
 URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
-def reachable(url: str) -> str | None:
-    """None if the test server answers, else why not."""
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-        return None
-    except Exception as exc:  # any failure to connect means: skip with the reason
-        return f"Redis not reachable at WF_TEST_REDIS_URL={url}: {exc}"
-
-
 @pytest.fixture(scope="module")
 def redis_url() -> str:
-    why = reachable(URL)
-    if why is not None:
-        if os.environ.get("WF_REQUIRE_REDIS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+    require_redis(URL)
     return URL
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -24,7 +23,7 @@ import pytest_asyncio
 redis = pytest.importorskip("redis")
 
 import wf  # noqa: E402
-from tests.store.helpers import drop_redis_keys  # noqa: E402
+from tests.store.helpers import redis_prefix  # noqa: E402
 from tests.store.refusing_proxy import RefusingProxy  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
 from wf.engine._engine import Engine  # noqa: E402
@@ -55,26 +54,9 @@ REFUSALS = {
 """What Redis answers a command it refuses for now, and whether it refuses only writes."""
 
 
-def reachable() -> str | None:
-    try:
-        client = redis.Redis.from_url(URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-        return None
-    except Exception as exc:  # any failure to connect means: skip with the reason
-        return f"Redis not reachable at WF_TEST_REDIS_URL={URL}: {exc}"
-
-
 @pytest.fixture
 def prefix() -> Iterator[str]:
-    why = reachable()
-    if why is not None:
-        if os.environ.get("WF_REQUIRE_REDIS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    name = f"wft:{uuid.uuid4().hex[:12]}:"
-    yield name
-    drop_redis_keys(URL, name)
+    yield from redis_prefix(URL)
 
 
 @pytest_asyncio.fixture

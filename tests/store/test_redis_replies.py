@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -23,7 +22,7 @@ import pytest_asyncio
 redis = pytest.importorskip("redis")
 
 import wf  # noqa: E402
-from tests.store.helpers import drop_redis_keys  # noqa: E402
+from tests.store.helpers import redis_prefix  # noqa: E402
 from wf.engine._current import use_engine  # noqa: E402
 from wf.engine._engine import Engine  # noqa: E402
 from wf.store._base import RunStatus  # noqa: E402
@@ -105,26 +104,9 @@ class ReplyLosingProxy:
                 await self._server.wait_closed()
 
 
-def reachable() -> str | None:
-    try:
-        client = redis.Redis.from_url(URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-        return None
-    except Exception as exc:  # any failure to connect means: skip with the reason
-        return f"Redis not reachable at WF_TEST_REDIS_URL={URL}: {exc}"
-
-
 @pytest.fixture
 def prefix() -> Iterator[str]:
-    why = reachable()
-    if why is not None:
-        if os.environ.get("WF_REQUIRE_REDIS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    name = f"wft:{uuid.uuid4().hex[:12]}:"
-    yield name
-    drop_redis_keys(URL, name)
+    yield from redis_prefix(URL)
 
 
 @pytest_asyncio.fixture
