@@ -2174,6 +2174,30 @@ async def test_a_damaged_stream_is_left_out_of_its_runs_streams_and_named(
     )
 
 
+async def test_a_listing_says_a_damaged_stream_as_it_is_now_not_as_a_worker_first_met_it(
+    tmp_path: Path,
+) -> None:
+    """A worker (no collecting caller) met the name file while it was being rewritten (empty);
+    a later listing for a front end says the damage it reads now: ``wf inspect`` over
+    ``wf serve`` said "names stream ''" for a name file that was not UTF-8."""
+    store = LocalStore(str(tmp_path / "s"))
+    run = await created(store)
+    lease = await acquire(store, run.id)
+    await lease.write_chunk("bad", 0, b"x")
+    await lease.release()
+    name_file = Path(store.run_location(run.id), _layout.stream_key("bad") + ".name")
+    name_file.write_bytes(b"")
+    assert await store.list_streams(run.id) == {}  # the worker's read: noted, said once
+    [first] = store.faults
+    assert "names stream ''" in first.reason
+    name_file.write_bytes(b"\xff\xfe")
+    with collect_faults() as damaged:
+        assert await store.list_streams(run.id) == {}
+    [fault] = damaged
+    assert "the stream's name is not UTF-8" in fault.reason, fault.reason
+    assert (fault.kind, fault.item, fault.where) == (first.kind, first.item, first.where)
+
+
 async def _two_chunks_of(store: LocalStore, stream: str) -> str:
     run = await created(store)
     lease = await acquire(store, run.id)

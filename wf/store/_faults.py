@@ -103,10 +103,14 @@ class Faults:
         key = (kind, item)
         collected = _collected.get()
         fault = self._found.get(key)
+        reason = _reason_of(error, where)
         if fault is None:
-            reason = error if isinstance(error, str) else _reason(error)
-            reason = reason.removeprefix(f"{where}: ")  # a store error names its file already
             fault = Fault(kind, item, where, reason, failed, again)
+        elif collected is not None and (fault.where, fault.reason) != (where, reason):
+            # A collecting caller says the damage as it is now: the item may have been read
+            # mid-rewrite, or damaged otherwise, since it was first noted (what was done of
+            # it, a run failed as damaged, stays).
+            fault = dataclasses.replace(fault, where=where, reason=reason)
         if collected is not None:
             kept, seen = collected
             if fault not in seen:
@@ -174,6 +178,11 @@ class Faults:
 
     def __len__(self) -> int:
         return len(self._found)
+
+
+def _reason_of(error: BaseException | str, where: str) -> str:
+    reason = error if isinstance(error, str) else _reason(error)
+    return reason.removeprefix(f"{where}: ")  # a store error names its file already
 
 
 @contextlib.contextmanager
