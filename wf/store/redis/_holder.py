@@ -122,6 +122,7 @@ class Holder:
             raise
         except (RedisError, OSError) as error:  # TimeoutError is an OSError
             why = f"its connection to Redis was dropped ({error})"
+            self._store._holder_failed(error)
         finally:
             if self._id == ident:
                 self._id = None

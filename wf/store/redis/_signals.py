@@ -11,7 +11,8 @@ A wait must not miss a change made after the caller's last read but announced be
 began: reads note themselves (``reading_queue``, ``reading_run``, ``reading_runs``), an
 announcement after such a read marks it stale, and a wait on a stale read returns at once. A
 subscription's first wait returns at once too (changes before it were not heard). When a
-subscription's connection drops, every waiter is woken and it reconnects with backoff. Waits
+subscription's connection drops, every waiter is woken and it reconnects with backoff; after a
+failover that may have left it on the old primary, the store makes it again (``redial``). Waits
 are bounded by their timeouts in any case: notifications are hints, the poll is the fallback.
 """
 
@@ -54,6 +55,8 @@ class Signals:
         self.queue_channel = prefix + "cq"
         self.run_channel = prefix + "cr"
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._retired: set[asyncio.Task[None]] = set()
+        """Listening tasks replaced by ``redial``, until they end."""
         self._ready: dict[str, asyncio.Event] = {}
         self._activity = asyncio.Event()
         self._change = asyncio.Event()
@@ -106,21 +109,41 @@ class Signals:
         )
         return ready
 
+    def redial(self) -> None:
+        """Listen again, on new connections: a failover may have moved the address (a DNS
+        name, a proxy) to a new primary, and a subscription left on the old server, a replica
+        now, may hear none of its writes. Each listening task is replaced at once; the one
+        replaced ends by itself within its read's timeout (not cancelled: a cancelled read
+        inside redis-py can be swallowed, and its connection left open). A subscription not
+        yet made is left alone: it reaches the address as it is now."""
+        if self._closed:
+            return
+        for channel, task in list(self._tasks.items()):
+            if self._ready[channel].is_set():
+                self._retired.add(task)
+                task.add_done_callback(self._retired.discard)
+                self._subscribe(channel)
+
+    def _current(self, channel: str) -> bool:
+        """Whether the running task is the one listening on ``channel`` (not replaced)."""
+        return not self._closed and self._tasks.get(channel) is asyncio.current_task()
+
     async def _listen(self, channel: str) -> None:
+        ready = self._ready[channel]  # this task's: a task replacing it has its own
         delay = 0.05
-        while not self._closed:
+        while self._current(channel):
             client = self._connect()
             pubsub = client.pubsub()
             try:
                 await pubsub.subscribe(channel)
                 # Read with a timeout rather than ``listen()``: a cancelled read inside
                 # redis-py can be swallowed, and ``close`` must not wait on it forever.
-                while not self._closed:
+                while self._current(channel):
                     message = await pubsub.get_message(timeout=1.0)
                     if message is None:
                         continue
                     if message.get("type") == "subscribe":
-                        self._ready[channel].set()
+                        ready.set()
                         self._wake_all()  # anything may have changed while not subscribed
                         delay = 0.05
                     elif message.get("type") == "message":
@@ -134,7 +157,7 @@ class Signals:
                     await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8
                 with contextlib.suppress(Exception):
                     await client.aclose()
-            if self._closed:
+            if not self._current(channel):
                 return
             self._wake_all()
             await asyncio.sleep(delay)
@@ -213,7 +236,7 @@ class Signals:
 
     async def close(self) -> None:
         self._closed = True
-        tasks = list(self._tasks.values())
+        tasks = [*self._tasks.values(), *self._retired]
         self._tasks.clear()
         # Bounded: a listener whose cancellation redis-py swallowed ends within its read's
         # timeout, seeing ``_closed``.
@@ -223,7 +246,7 @@ class Signals:
     def abandon(self) -> None:
         """Forget the tasks of an event loop that is gone (without awaiting them)."""
         self._closed = True
-        for task in self._tasks.values():
+        for task in [*self._tasks.values(), *self._retired]:
             with contextlib.suppress(RuntimeError):
                 task.cancel()
         self._tasks.clear()

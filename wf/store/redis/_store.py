@@ -219,6 +219,15 @@ class RedisStore(Store):
     def _holder_lost(self, holder: str, why: str) -> None:
         self._keeper.lose_holder(holder, why)
 
+    def _holder_failed(self, error: BaseException) -> None:
+        """The holder connection's wait failed with ``error``. A primary demoted to a replica
+        ends it (``UNBLOCKED``), and refuses it on a replica (``READONLY``): the address may
+        have moved to a new primary (a failover behind a DNS name or a proxy), so every
+        connection is made again. Only this connection may hear of it: an idle worker's
+        claims, finding nothing due on the old server, write nothing there to be refused."""
+        if wrong_server(error) or demoted(error):
+            self._drop_connections()
+
     async def open(self) -> None:
         """Connect, check the key layout's format and the server's durability, and start
         listening now rather than on first use. Raises ``StoreError`` if the server cannot be
@@ -417,10 +426,11 @@ class RedisStore(Store):
 
     def _drop_connections(self) -> None:
         """The pool's connections are made again: those in use when released, the idle ones
-        before the next command (``_ready``)."""
+        before the next command (``_ready``); and the subscriptions, at once."""
         client = self._client
         if client is None:
             return
+        self._signals.redial()
         self._redial = True
         for connection in list(client.connection_pool._in_use_connections):
             connection.mark_for_reconnect()  # type: ignore[no-untyped-call]
@@ -1440,6 +1450,12 @@ def wrong_server(error: BaseException) -> bool:
         for kind, code, words, _ in _PASSING
         if code in _WRONG_SERVER and kind is not None
     )
+
+
+def demoted(error: BaseException) -> bool:
+    """Whether ``error`` is what a blocked command hears when its server, a primary, becomes a
+    replica (Redis ends every blocked command so: ``UNBLOCKED``)."""
+    return isinstance(error, ResponseError) and _said(error).startswith("UNBLOCKED ")
 
 
 def damaged(error: BaseException) -> str | None:
