@@ -2060,6 +2060,46 @@ async def test_a_lane_key_of_another_type_is_named_by_the_claim_and_verify(prefi
         await store.close()
 
 
+async def test_a_lane_key_deleted_holds_its_lane_until_verify_puts_it_back(prefix: str) -> None:
+    """A group lane key (``g:<lane>``) deleted outright (by hand, evicted): the claim counted
+    no run ahead of each run of the lane, so the run behind a running head started beside it
+    in a lane of width 1, and verify said nothing. Now a run of a lane that is not in its lane
+    key is named as its damage (naming the key and verify) and waits; verify puts every run
+    of the lane back in it at its place, and the lane goes on in order."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        head = await created(store, id="head", group="g")
+        behind = await created(store, id="behind", group="g")
+        plain = await created(store, id="plain")
+        leases = await asyncio.wait_for(store.claim(1e12, 10, exclude={plain.id}), 10)
+        assert [x.run_id for x in leases] == [head.id]
+        running = leases[0]
+        gk = f"{prefix}g:{lane_of(head)}"
+        named = " ".join(gk.split())  # a lane's name holds a newline: said on one line
+        client.delete(gk)
+        again = await asyncio.wait_for(store.claim(1e12, 10, exclude={plain.id}), 10)
+        assert [x.run_id for x in again] == [], "a run of a width-1 lane ran beside its head"
+        with pytest.raises(StoreCorrupted, match="not in its lane"):
+            await store.lane_ahead(lane_of(behind), behind.id, 1)  # a driver's own look
+        said = {fault.item: " ".join(fault.reason.split()) for fault in store.faults}
+        assert set(said) == {behind.id}, said
+        assert named in said[behind.id] and "wf store verify" in said[behind.id], said
+        problems = [" ".join(p.split()) for p in await store.verify()]
+        for run in (head, behind):
+            assert f"run {run.id}: missing from its lane {named}: put back in it" in problems, (
+                problems
+            )
+        assert await store.verify() == []
+        assert await store.lane_ahead(lane_of(behind), behind.id, 1) == [head.id]
+        again = await asyncio.wait_for(store.claim(1e12, 10, exclude={plain.id}), 10)
+        assert again == []  # the head still runs
+        await running.release()
+    finally:
+        client.close()
+        await store.close()
+
+
 @pytest.mark.parametrize("key", ["r:", "j:"])
 async def test_a_lane_head_whose_key_is_of_another_type_keeps_its_place(
     prefix: str, key: str

@@ -468,6 +468,14 @@ local function take(id, member, key, lk)
     -- The lane key of another type (a stray write): named as each of its runs' damage (it
     -- was their hashes' WRONGTYPE), the lane's runs wait and the others go on.
     at(gk, 'ZCARD', gk)
+    -- A run of the lane that is not in its lane key (the key deleted by hand, or evicted):
+    -- the runs ahead of it may be missing too, one of them running, so it is named and
+    -- waits rather than run beside them; verify puts the lane's runs back (their places are
+    -- in their hashes).
+    if not redis.call('ZSCORE', gk, id) then
+      damage(gk, 'the run is not in its lane (the key deleted?): the lane waits until'
+        .. ' wf store verify puts its runs back')
+    end
     -- A width that is not a count of at least 1 (a stray write: 0 would hold the lane for
     -- good, a fraction or 'inf' would fail ZRANGE): one at a time, as most lanes are.
     local width = tonumber(f[3])
@@ -925,6 +933,30 @@ _STATUSES = (
     "local STATUSES = {" + ", ".join(f"{status.value} = true" for status in RunStatus) + "}\n"
 )
 """The statuses a run can have, as a Lua set (for the scripts that repair the indexes)."""
+
+REPAIR_LANES = """
+-- ARGV: P, run ids... Puts each unfinished run of a lane (its hash's group ``grp`` and place
+--       ``lane``) back in its lane key at its place when it is missing from it (the key
+--       deleted by hand, or evicted). A hash or a lane key that cannot be read, or a place that
+--       is no finite number, is left alone (verify names them). Returns {id, lane key}...
+local P = ARGV[1]
+local out = {}
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local f = redis.pcall('HMGET', P .. 'r:' .. id, 'grp', 'lane')
+  local place = type(f) == 'table' and not f.err and f[1] and f[1] ~= '' and tonumber(f[2])
+  if place and place == place and math.abs(place) ~= math.huge then
+    local gk = P .. 'g:' .. f[1]
+    local found = redis.pcall('ZSCORE', gk, id)
+    if found == false then
+      redis.call('ZADD', gk, f[2], id)
+      out[#out + 1] = id
+      out[#out + 1] = gk
+    end
+  end
+end
+return out
+"""
 
 REPAIR_INDEX = (
     _STATUSES

@@ -909,7 +909,13 @@ class RedisStore(Store):
     # -- lanes, slots, rates ---------------------------------------------------------------
 
     async def lane_ahead(self, lane: str, run_id: str, limit: int) -> list[str]:
-        place = await self._call("hget", self._key("r:", run_id), "lane")
+        gk = self._key("g:", lane)
+        # The run's place and its member in the lane key, in one view: a run not in its lane
+        # key (the key deleted or evicted) cannot say which runs are ahead of it (one may be
+        # running), as the claim says (``CLAIM``); a run that ended meanwhile has no place.
+        place, member = await self._pipe(
+            ("hget", self._key("r:", run_id), "lane"), ("zscore", gk, run_id)
+        )
         if not place:
             return []
         try:
@@ -919,9 +925,12 @@ class RedisStore(Store):
         if not math.isfinite(number):  # a stray write (ZRANGEBYSCORE would refuse it)
             where = _decode.field_of(self._key("r:", run_id), "lane")
             raise StoreCorrupted(f"{where}: not a place in a lane ({_decode.field_name(place)!r})")
-        found = await self._call(
-            "zrangebyscore", self._key("g:", lane), "-inf", f"({number!r}", 0, limit
-        )
+        if member is None:
+            raise StoreCorrupted(
+                f"{_decode.field_name(gk)}: run {run_id} is not in its lane (the key deleted?):"
+                " the lane waits until wf store verify puts its runs back"
+            )
+        found = await self._call("zrangebyscore", gk, "-inf", f"({number!r}", 0, limit)
         return [_text(x) for x in found]
 
     async def probe_write(self) -> None:

@@ -6,7 +6,8 @@ run's, or in a status index not the run's (``wf store info`` counts them), a run
 its status's, workflow's or parent's index (put back), a run whose ``qk`` names a queue it is
 not in (cleared for a finished run; a live one is put back in that queue), a queue of live
 runs missing from the queues' index ``qk``, a run's queue member field ``qm`` that is not its
-own (rebuilt from its creation number and id), and the schedules' index of next fires
+own (rebuilt from its creation number and id), an unfinished run of a group missing from its
+lane key (put back at its place: the key deleted or evicted), and the schedules' index of next fires
 (``snext``) where it disagrees with the schedules. An index of another
 type is named, not changed: it may be someone else's key."""
 
@@ -79,6 +80,7 @@ async def verify(store: RedisStore) -> list[str]:
             removed = {_decode.field_name(member) for member in repaired[::2]}
         queued: list[tuple[str, str, RunRecord | None, bool]] = []
         lanes: set[str] = set()
+        laned: list[str] = []
         for index, run_id in enumerate(batch):
             found = reads[3 * index : 3 * index + 3]
             if run_id in removed:
@@ -98,6 +100,7 @@ async def verify(store: RedisStore) -> list[str]:
             (status, raw, seq, place, width, epoch, qk, group, qm), journal, inbox = found
             if group and place:
                 lanes.add(_decode.field_name(group))
+                laned.append(run_id)
             problems += _check_run(store, run_id, raw, journal, inbox)
             problems += await _check_status(store, run_id, status, raw)
             if qk:
@@ -115,6 +118,7 @@ async def verify(store: RedisStore) -> list[str]:
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
         problems += await _check_lanes(store, sorted(lanes))
+        problems += await _repair_lanes(store, laned)
         problems += await _check_listed(store, [r for r in batch if r not in removed])
         problems += await _check_streams(store, [r for r in batch if r not in removed])
     problems += await _named(_check_status_indexes(store))
@@ -135,6 +139,19 @@ async def verify(store: RedisStore) -> list[str]:
     highest = max(highest, await _check_tombstones(store, problems))
     problems += await _named(_check_sequence(store, highest))
     return list(dict.fromkeys(problems))  # a key two checks met is named once
+
+
+async def _repair_lanes(store: RedisStore, laned: list[str]) -> list[str]:
+    """Each unfinished run of a lane put back in its lane key when missing from it (the key
+    deleted or evicted: the claim names such a run and its lane waits)."""
+    if not laned:
+        return []
+    found = await store._eval(_scripts.REPAIR_LANES, *laned)
+    return [
+        f"run {_decode.field_name(run_id)}: missing from its lane {_decode.field_name(key)}:"
+        " put back in it"
+        for run_id, key in zip(found[::2], found[1::2], strict=True)
+    ]
 
 
 async def _check_listed(store: RedisStore, batch: list[str]) -> list[str]:
