@@ -24,6 +24,11 @@ import pytest
 PORTS = range(6400, 6500)
 """Ports the throwaway servers may take (the test's Redis is elsewhere)."""
 
+NOBODY = 1
+"""A port nobody listens on (privileged, unused): the primary a demoted server that hears
+nothing of the new primary replicates from (not a free port: another test's server may start
+on it)."""
+
 
 def require_redis_server() -> str:
     """The ``redis-server`` on PATH; the test is skipped without one."""
@@ -152,7 +157,6 @@ class Pair:
         except BaseException:
             self.primary.stop()
             raise
-        self._taken = taken
         self.proxy = SwitchingProxy(self.primary.port)
         self.url = ""
 
@@ -182,7 +186,7 @@ class Pair:
             if linked:
                 await to_old.replicaof("127.0.0.1", new.port)
             else:
-                await to_old.replicaof("127.0.0.1", _free_port(self._taken))
+                await to_old.replicaof("127.0.0.1", NOBODY)
         finally:
             await to_old.aclose()
             await to_new.aclose()
