@@ -6,6 +6,7 @@ import asyncio
 import datetime as dt
 import itertools
 from collections.abc import Sequence
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -890,6 +891,49 @@ async def test_a_running_worker_hears_of_a_schedule_set_elsewhere_at_once(
             await other.close()
     (run,) = await runs_of(wf_engine, "elsewhere")
     assert run.id == fire_run_id("elsewhere", T0 + MIN)
+
+
+async def test_a_schedule_change_heard_while_the_worker_reads_the_queue_is_not_lost(
+    wf_engine: Engine, engine_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The announcement of a change comes after the worker's look at the schedules and before
+    # its look at the queue (which takes the store's wake-up for itself): the worker must
+    # still read its schedules again rather than sleep for its poll.
+    clock = wf_engine.clock
+    assert isinstance(clock, MockClock)
+    clock.autojump = False
+    await engine_store.wait_for_activity(0)  # listening already: no first wait ends at once
+    worker = Worker(wf_engine, retention=False, poll=3600)  # its poll never comes round
+    other = other_instance(engine_store)
+    read_queue = engine_store.next_due_at
+    heard = asyncio.Event()
+
+    async def next_due_at(*args: Any, **kwargs: Any) -> float | None:
+        if worker.schedules_read_at is not None and not heard.is_set():
+            before = engine_store.schedule_changes()
+            made = Schedule("elsewhere", tick.name, "* * * * *", next_run=T0 + MIN)
+            if isinstance(other, LocalStore):
+                _upkeep.Schedules(other.root).save(made)  # no in-process signal: only the file
+            else:
+                await other.save_schedule(made)
+            async with asyncio.timeout(5):
+                while engine_store.schedule_changes() == before:
+                    await asyncio.sleep(0.01)
+            heard.set()
+        return await read_queue(*args, **kwargs)
+
+    monkeypatch.setattr(engine_store, "next_due_at", next_due_at)
+    task = asyncio.ensure_future(worker.run())
+    try:
+        async with asyncio.timeout(10):
+            await heard.wait()
+            while worker.fired_at != T0 + MIN:
+                await asyncio.sleep(0.01)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)
+        if other is not engine_store:
+            await other.close()
 
 
 async def test_fires_a_running_worker_looked_at_too_late_are_not_missed_for_want_of_one(

@@ -824,6 +824,13 @@ class Worker:
         retry_ats = self._held.retry_ats()
         if retry_ats:
             next_due = min(retry_ats) if next_due is None else min(next_due, *retry_ats)
+        if self.schedules and engine.store.schedule_changes() != self._schedule_changes:
+            # A schedule changed after this pass's look at the schedules: its announcement
+            # came while the queue was read, and that read took the store's wake-up for
+            # itself (the wait below would sleep through it, up to the poll). Look again now.
+            # Nothing is awaited from here to the wait: an announcement after this check
+            # finds the queue's read stale and ends the wait at once.
+            return
         timeout = self.poll
         waiters: list[asyncio.Future[Any]] = [
             # A run ending elsewhere makes nothing startable, so ``wait_for_activity`` need
