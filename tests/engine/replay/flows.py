@@ -74,3 +74,34 @@ async def gathered() -> list[list[str]]:
     results = list(await asyncio.gather(*(_two_steps(i) for i in range(3))))
     await wf.sleep(86400)
     return results
+
+
+@wf.step
+def in_block(what: str) -> str:
+    return what
+
+
+async def _timed_block(item: str) -> str:
+    sleeper = asyncio.ensure_future(wf.sleep(86400))  # begun before the block, awaited after
+    try:
+        async with wf.timeout(60):
+            await in_block(item)
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await sleeper  # suspends: the resume, a day later, reaches the block's end unrecorded
+    return await in_block(seen)
+
+
+@wf.workflow(name="replay:timeout-in-time")
+async def timeout_in_time(item: str) -> str:
+    # Journaled by a wf that did not journal a block's end in time: the block's step ended
+    # long before its deadline, and its resume comes a day later.
+    return await _timed_block(item)
+
+
+@wf.workflow(name="replay:timeout-late")
+async def timeout_late(item: str) -> str:
+    # Journaled by the same wf: the block's step took two minutes (of the fake clock), past
+    # the deadline, and the block ended in a ``cancel_delivered`` at ``exit``.
+    return await _timed_block(item)

@@ -14,6 +14,7 @@ import pathlib
 from typing import Any
 
 import wf
+from tests.engine.replay import flows
 from tests.engine.replay.flows import charge, notify, reserve
 from wf.engine._workflow import _registry
 from wf.testing import MemoryStore, engine
@@ -42,15 +43,24 @@ async def v1_notify(item: str) -> list[str]:
     return done
 
 
-async def dump(name: str, flow: Any, *, suspend_only: bool) -> None:
+async def dump(name: str, flow: Any, *, suspend_only: bool, step_takes: float = 0.0) -> None:
     store = MemoryStore()
     async with engine(store) as eng:
+        original = flows.in_block.fn
+        if step_takes:  # the block's step takes that long by the fake clock
+
+            def slow(what: str) -> str:
+                eng.mock_clock.jump(step_takes)
+                return what
+
+            flows.in_block.fn = slow  # type: ignore[assignment]
         run = await wf.start(flow, "book", run_id=f"wrun_{name.replace('-', '_')}")
         await eng.wait_driven(run)
         if not suspend_only:
             await run.result()
         record = await store.get_run(run.id)
         journal = await store.read_journal(run.id)
+        flows.in_block.fn = original  # type: ignore[method-assign]
     data = {"record": {**record.to_json(), "target": None}, "journal": journal}
     (HERE / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
@@ -62,6 +72,9 @@ async def main() -> None:
     await dump("reordered-suspended", _old("replay:reordered", v1_reorder), suspend_only=True)
     await dump("patched-old-suspended", _old("replay:patched", v1_notify), suspend_only=True)
     await dump("patched-old-completed", _old("replay:patched", v1_notify), suspend_only=False)
+    # Journals of the wf before ``timeout_ended``: a block's end in time was not journaled.
+    await dump("timeout-in-time-suspended", flows.timeout_in_time, suspend_only=True)
+    await dump("timeout-late-suspended", flows.timeout_late, suspend_only=True, step_takes=120.0)
 
 
 if __name__ == "__main__":

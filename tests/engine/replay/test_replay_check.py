@@ -42,6 +42,26 @@ async def test_journals_of_compatible_code_replay(name: str) -> None:
     assert report.ops_replayed >= 2
 
 
+@pytest.mark.parametrize(
+    ("name", "seen"),
+    [("timeout-in-time-suspended", "in time"), ("timeout-late-suspended", "timed out")],
+)
+async def test_journals_without_a_journaled_block_end_resume_as_they_were_driven(
+    name: str, seen: str
+) -> None:
+    """A wf before ``timeout_ended`` journaled a block's end only when it timed out: its runs
+    still check ok and end as their first drive decided, resumed a day after the deadline
+    with the block's end as the first thing the journal lacks."""
+    store = MemoryStore()
+    run_id = await load(store, name)
+    report = await check_run(store, run_id)
+    assert report.status == "ok", report.message
+    async with TestEngine(store, MockClock(start=1800000000.0 + 86400 * 2)):
+        assert await wf.get_run(run_id).result() == seen
+    journal = await store.read_journal(run_id)
+    assert [e["result"] for e in journal if e["type"] == "step_completed"][-1] == seen
+
+
 async def test_a_reordered_workflow_is_reported_as_divergent_with_the_source_line() -> None:
     store = MemoryStore()
     run_id = await load(store, "reordered-suspended")
