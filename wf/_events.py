@@ -174,7 +174,25 @@ KINDS: dict[str, EventKind] = {
             doc="Which candidate won (``index``); ``cancelled``: the operations of the steps "
             "still running that the decision cancelled (absent when there were none).",
         ),
-        EventKind("timeout_started", ("op", "name", "until"), opens="timeout"),
+        EventKind(
+            "timeout_started",
+            ("op", "name", "until"),
+            ("end_journaled",),
+            opens="timeout",
+            doc="A ``wf.timeout`` / ``wf.deadline`` block was entered; ``until``: its deadline. "
+            "``end_journaled``: its end is journaled either way (``timeout_ended``, or a "
+            "``cancel_delivered`` at ``exit``); absent in journals of a wf before "
+            "``timeout_ended``, whose replays decide an end it did not journal from the "
+            "recorded ends of the block's operations.",
+        ),
+        EventKind(
+            "timeout_ended",
+            ("op", "name"),
+            opens="timeout",
+            doc="The block of timeout ``op`` ended in time (no ``TimeoutError``): written with "
+            "the run's next write (no flush of its own), so every later drive decides the "
+            "block's end as the drive that reached it did.",
+        ),
         EventKind("rollback_registered", ("op", "name"), opens="rollback"),
         # -- requests from outside, and their delivery --------------------------------------
         EventKind("cancel_requested", (), ("message",), doc="A cancellation taken in."),

@@ -514,3 +514,83 @@ async def test_a_block_that_ended_late_is_timed_out_by_its_replay_too(
     journal = await wf_engine.store.read_journal(run.id)
     marks = [e for e in journal if e["type"] == "cancel_delivered"]
     assert [m["at"] for m in marks] == ["exit"]
+
+
+@wf.workflow
+async def block_won_by_a_step_over_a_longer_sleep() -> str:
+    keeper = asyncio.ensure_future(wf.sleep(86400))  # begun before the block, awaited after
+    try:
+        async with wf.timeout(60):
+            await wf.first(work("quick"), wf.sleep(100))  # the step wins at once
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await keeper  # suspends: the replay a day later reaches the block's end with nothing after
+    return seen
+
+
+async def test_a_block_ended_in_time_by_a_select_stays_in_time_on_replay(
+    wf_engine: Engine,
+) -> None:
+    """The select's losing sleep never ended by its deadline (100 s, past the block's): the
+    first drive ended the block at once, in time, and a replay must not decide otherwise."""
+    run = await wf.start(block_won_by_a_step_over_a_longer_sleep)
+    assert await run.result() == "in time"
+    journal = await wf_engine.store.read_journal(run.id)
+    assert not [e for e in journal if e["type"] == "cancel_delivered"]
+
+
+@wf.workflow
+async def block_awaits_an_earlier_sleep(seconds: float) -> str:
+    sleeper = asyncio.ensure_future(wf.sleep(seconds))  # begun before the block
+    try:
+        async with wf.timeout(60):
+            await sleeper  # the block's only wait, an operation begun outside it
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await wf.sleep(86400)
+    return seen
+
+
+@pytest.mark.parametrize(("seconds", "seen"), [(120.0, "timed out"), (45.0, "in time")])
+async def test_a_block_held_by_an_earlier_sleep_ends_when_that_sleep_does(
+    wf_engine: Engine, seconds: float, seen: str
+) -> None:
+    """The run suspends inside the block (the sleep is longer than ``suspend_after``): the
+    drive that ends the block replays it, and decides as a drive that never suspended does."""
+    run = await wf.start(block_awaits_an_earlier_sleep, seconds)
+    assert await run.result() == seen
+    async with wf.testing.TestEngine(suspend_after=86400 * 2) as never_suspends:
+        with never_suspends.installed():
+            alone = await wf.start(block_awaits_an_earlier_sleep, seconds)
+            assert await alone.result() == seen
+
+
+@wf.workflow
+async def block_awaits_an_earlier_long_sleep() -> str:
+    sleeper = asyncio.ensure_future(wf.sleep(3600))  # begun before the block
+    try:
+        async with wf.timeout(60):
+            await sleeper  # ended by a wake request
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await wf.sleep(86400)
+    return seen
+
+
+@pytest.mark.parametrize(("woken_after", "seen"), [(100.0, "timed out"), (30.0, "in time")])
+async def test_a_block_held_by_a_woken_earlier_sleep_ends_at_the_wake(
+    wf_engine: Engine, mock_clock: MockClock, woken_after: float, seen: str
+) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(block_awaits_an_earlier_long_sleep)
+    record = await run.settle(timeout=30)
+    assert record.status == wf.RunStatus.SUSPENDED
+    mock_clock.jump(woken_after)
+    await wf_engine.quiet()
+    await run.settle(timeout=30)
+    assert await run.wake_up()
+    mock_clock.autojump = True
+    assert await run.result() == seen

@@ -472,6 +472,8 @@ def describe_event(event: dict[str, Any]) -> str | None:
         return f"run {event.get('parent')} awaits its outcome too"
     if kind_of == "timeout_started":
         return "timeout started"
+    if kind_of == "timeout_ended":
+        return "timeout block ended in time"
     return None
 
 

@@ -220,8 +220,8 @@ class timeout:
     end, and its results are dropped), or had passed already when the block was entered (its
     first operation is stopped). Unlike ``asyncio.timeout``, which raises only if it cancelled
     the body, a deadline that passed before the block ended is always a ``TimeoutError``, unless
-    another exception leaves the block. Where it was raised is journaled, so a replay raises it
-    at the same place, whatever the time then.
+    another exception leaves the block. Where it was raised, or that the block ended in time, is
+    journaled, so a replay decides the same, whatever the time then.
     """
 
     def __init__(self, seconds: float | _dt.timedelta) -> None:
@@ -232,6 +232,8 @@ class timeout:
         self._token: Any = None
         self._until_recorded: float | None = None
         self._expired: bool | None = None
+        self._end_journaled = True
+        self._ended_from = 0
 
     @property
     def expired(self) -> bool:
@@ -252,15 +254,19 @@ class timeout:
             # None: no deadline, ``wf.timeout(inf)`` of a wf before it refused infinity (JSON
             # has none, so it was written null): the block is never timed out.
             until = None if recorded is None else float(recorded)
+            self._end_journaled = bool(history.events[0].get("end_journaled"))
         else:
             until = (
                 self._until
                 if self._until is not None
                 else ctx.clock.now() + max(0.0, self._seconds or 0.0)
             )
-            await ctx.write(ctx.event("timeout_started", op=op, name="timeout", until=until))
+            started = ctx.event("timeout_started", op=op, name="timeout", until=until)
+            started["end_journaled"] = True
+            await ctx.write(started)
         scope = CancelScope(op, current_scope() or ctx.root_scope, ops=[])
         ctx.timed_blocks += 1
+        self._ended_from = len(ctx.ended_log)
         ctx.scopes[op] = scope
         self._scope = scope
         self._until_recorded = until
@@ -291,6 +297,7 @@ class timeout:
             ctx.timed_blocks -= 1
             if not ctx.timed_blocks:
                 ctx.live_ops.clear()
+                ctx.ended_log.clear()
 
     def _exit(
         self,
@@ -313,24 +320,31 @@ class timeout:
         return False
 
     def _expired_at_exit(self, ctx: RunContext, scope: CancelScope) -> bool:
-        """Whether the block that ended with no error is timed out: a journaled fact
-        (``cancel_delivered`` at ``exit``), or decided now and journaled so. When the journal
-        holds the end of every operation of the block, the block ended then (the latest of
-        those ends, against the deadline), never by the clock of a replay that reaches it later.
-        """
+        """Whether the block that ended with no error is timed out: a journaled fact (a
+        ``cancel_delivered`` at ``exit``, or a ``timeout_ended``), or decided now and journaled
+        so, by the durable clock: the block ended when what it waited for ended (the latest
+        recorded end of its operations, or of what ended while this drive replayed it), never
+        by the clock of a drive that reaches it later. Only a block with an operation begun in
+        this drive ends by this drive's clock."""
         assert scope.op is not None
         mark = ctx.delivery_marks.get(scope.op)
         if mark is not None and mark[0] == "exit":
             del ctx.delivery_marks[scope.op]
             return True
-        if ctx.replaying:
-            # The journal goes on past this block with no mark: it ended in time then (and a
-            # wf that wrote no such marks never raised here).
+        opened = ctx.history.get(scope.op)
+        if opened is not None and opened.events[-1]["type"] == "timeout_ended":
+            return False
+        if ctx.replaying and not self._end_journaled:
+            # A wf that journaled only a late end: the journal goes on past this block with no
+            # mark, so it ended in time then (and a wf that wrote no marks never raised here).
             return False
         until = self._until_recorded
         if until is None:
             return False
-        ended = self._recorded_end(ctx, scope)
+        if self._end_journaled:
+            ended = self._durable_end(ctx, scope)
+        else:
+            ended = self._recorded_end(ctx, scope)
         if ended is not None:
             expired = ended >= until
         elif ctx.checking:
@@ -339,11 +353,43 @@ class timeout:
             expired = scope.fired or ctx.clock.now() >= until
         if expired:
             ctx.mark_delivered(scope.op, "exit", scope)
+        else:
+            # No flush of its own: durable with the run's next durable write (its outcome, a
+            # suspension, the next operation's), as a timed-out block's mark is.
+            ctx.write_soon(ctx.event("timeout_ended", op=scope.op, name="timeout"))
         return expired
+
+    def _durable_end(self, ctx: RunContext, scope: CancelScope) -> float | None:
+        """When the block ended by the durable clock, the first drive to reach its end being
+        a later one than the drive that entered it; None if an operation of the block was
+        begun in this drive (it ends now, by this drive's clock).
+
+        No sooner than it began, than the recorded end of each of its operations that
+        records one (a step's outcome, a select's decision), or than anything that ended while
+        this drive replayed the block (``RunContext.ended_log``): a sleep at its deadline or
+        its wake, a payload when it reached the store, a child when it ended, and an
+        operation begun before the block that it awaited (the one that kept it open past the
+        earlier drive). A sleep's own recorded start is no end (a select may have dropped it
+        long before its deadline)."""
+        assert scope.op is not None
+        opened = ctx.history.get(scope.op)
+        if opened is None or scope.op in ctx.live_ops:
+            return None
+        latest = float(opened.events[0].get("ts", 0.0))
+        for op in scope.ops or ():
+            ended = ctx.recorded_end(op)
+            if ended is None:
+                return None
+            if ctx.history[op].kind != "sleep":
+                latest = max(latest, ended)
+        for at in ctx.ended_log[self._ended_from :]:
+            latest = max(latest, at)
+        return latest
 
     def _recorded_end(self, ctx: RunContext, scope: CancelScope) -> float | None:
         """When the journal shows the block's last operation ended (an empty block: when it
-        began), or None when one of them ended in this drive (or is not recorded)."""
+        began), or None when one of them ended in this drive (or is not recorded): how a
+        block of a journal without ``end_journaled`` is decided."""
         assert scope.op is not None
         ops = scope.ops or ()
         if not ops:

@@ -227,6 +227,8 @@ class RunContext:
         """A wake-up arrived while no sleep was pending: the next new sleep ends at once."""
         self.wake_marks: list[int] = []
         """Journal positions of ``wake_requested`` events (sleeps opened before them end)."""
+        self.wake_times: list[float] = []
+        """When each of ``wake_marks`` was recorded: a sleep it ended ended then."""
         self.root_scope = CancelScope(None, None)
         self.scopes: dict[int | None, CancelScope] = {None: self.root_scope}
         """Scopes by op (None: the run), so recorded deliveries find their scope on replay."""
@@ -235,6 +237,10 @@ class RunContext:
         """``wf.timeout`` blocks open: while any is, the ops this drive writes events for are
         noted in ``live_ops`` (a block whose ops all ended in the journal ended then)."""
         self.live_ops: set[int] = set()
+        self.ended_log: list[float] = []
+        """While a ``wf.timeout`` block is open: when (by the durable clock) each operation
+        that ended in this drive ended, in the order they ended here (``note_ended``): a
+        block that a later drive ends ended no sooner than what ended while it replayed it."""
         """Op -> (``call`` or ``wait``, scope op) where a cancellation was delivered, for replay."""
         self.pending_scopes: list[CancelScope] = []
         """Fired scopes whose cancellation has not reached any code yet."""
@@ -369,7 +375,7 @@ class RunContext:
                 reader(self, event)
             if rare:
                 if kind_of == "wake_requested":
-                    self.wake_marks.append(position)
+                    self.note_wake(position, event)
                 elif kind_of == "cancel_delivered" and op is not None:
                     self.delivery_marks[op] = (event.get("at", "call"), event.get("scope"))
             elif op is not None and kind_of in opening:
@@ -455,8 +461,29 @@ class RunContext:
 
     def sleep_was_woken(self, op: int) -> bool:
         """Whether a wake request was recorded after sleep ``op`` began."""
+        return self.sleep_woken_at(op) is not None
+
+    def sleep_woken_at(self, op: int) -> float | None:
+        """When the first wake request recorded after sleep ``op`` began was recorded (the
+        sleep ended then, or at its deadline if sooner); None if none was."""
         position = self._sleep_positions.get(op)
-        return position is not None and any(mark > position for mark in self.wake_marks)
+        if position is None:
+            return None
+        for mark, at in zip(self.wake_marks, self.wake_times, strict=True):
+            if mark > position:
+                return at
+        return None
+
+    def note_wake(self, position: int, event: Event) -> None:
+        """A ``wake_requested`` event is at ``position`` of the journal."""
+        self.wake_marks.append(position)
+        self.wake_times.append(float(event.get("ts", 0.0)))
+
+    def note_ended(self, at: float) -> None:
+        """An operation ended at ``at`` by the durable clock: noted while a timeout's block is
+        open (``ended_log``)."""
+        if self.timed_blocks:
+            self.ended_log.append(at)
 
     @property
     def replaying(self) -> bool:
@@ -950,6 +977,8 @@ class RunContext:
         task = asyncio.current_task(self.loop)
         if task is not None:
             self.done_at[task] = at
+        if self.timed_blocks:
+            self.ended_log.append(at)
 
     def evict(self) -> None:
         """Stop at the next durable operation (drain, reload); the run is due again at once.

@@ -62,7 +62,8 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
             await ctx.write(ctx.event("cancel_requested", message=message.id))
             ctx.fire()
         elif message.kind == "wake":
-            ctx.wake_marks.append(await ctx.write(ctx.event("wake_requested", message=message.id)))
+            woken = ctx.event("wake_requested", message=message.id)
+            ctx.note_wake(await ctx.write(woken), woken)
             if live and not ctx.resolve_waits(lambda w: w.kind == "sleep"):
                 # No sleep now (a step is running): the wake is not dropped, the run's next
                 # sleep ends at once (it records a deadline of now, so replay agrees).

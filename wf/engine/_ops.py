@@ -73,8 +73,11 @@ async def _sleep(ctx: RunContext, op: int, history: Any, deadline_of: Any) -> No
         # None: no deadline, ``wf.sleep(inf)`` of a wf before it refused infinity (JSON has
         # none, so it was written null). It sleeps until a wake or a cancel ends it.
         deadline = math.inf if recorded is None else float(recorded)
-        if ctx.sleep_was_woken(op):
-            ctx.mark_done_at(min(deadline, ctx.clock.now()))
+        woken = ctx.sleep_woken_at(op)
+        if woken is not None:
+            # Ended by the wake request, when it was recorded (or at its deadline, if sooner),
+            # however late this drive replays it.
+            ctx.mark_done_at(min(deadline, woken))
             return
     if deadline == math.inf:
         await ctx.wait(op, "sleep", None, None)

@@ -539,6 +539,8 @@ async def _execute(
                 )
                 if own_task:  # ``wf.select`` reads it from the operation's own task
                     ctx.mark_done_at(done["ts"])
+                else:
+                    ctx.note_ended(done["ts"])
                 # Durable before anything leaves the run (the next step's code settles first), not
                 # before the workflow goes on: the outcome's flush carries a run's last step.
                 if not ctx.write_pending(done):
