@@ -594,3 +594,31 @@ async def test_a_block_held_by_a_woken_earlier_sleep_ends_at_the_wake(
     assert await run.wake_up()
     mock_clock.autojump = True
     assert await run.result() == seen
+
+
+@wf.workflow
+async def hook_in_a_block_beside_an_earlier_sleep(token: str, first: float) -> str:
+    early = asyncio.ensure_future(wf.sleep(first))  # outside the block
+    hook = wf.create_hook(str, token=token)
+    try:
+        async with wf.timeout(60):
+            if first < 60:
+                await early  # the block waits for it first, then for the hook
+            await hook.next()
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await early
+    return seen
+
+
+@pytest.mark.parametrize("first", [3600.0, 45.0, 20.0])
+async def test_a_run_suspended_in_a_block_beside_an_earlier_sleep_wakes_at_the_deadline(
+    wf_engine: Engine, mock_clock: MockClock, first: float
+) -> None:
+    start = mock_clock.now()
+    run = await wf.start(hook_in_a_block_beside_an_earlier_sleep, f"beside-{first}", first)
+    assert await run.result() == "timed out"
+    journal = await wf_engine.store.read_journal(run.id)
+    [delivered] = [e for e in journal if e["type"] == "cancel_delivered"]
+    assert (delivered["at"], delivered["ts"] - start) == ("wait", 60.0)
