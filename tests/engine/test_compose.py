@@ -622,3 +622,18 @@ async def test_a_run_suspended_in_a_block_beside_an_earlier_sleep_wakes_at_the_d
     journal = await wf_engine.store.read_journal(run.id)
     [delivered] = [e for e in journal if e["type"] == "cancel_delivered"]
     assert (delivered["at"], delivered["ts"] - start) == ("wait", 60.0)
+
+
+@pytest.mark.parametrize(("seconds", "seen"), [(120.0, "timed out"), (45.0, "in time")])
+async def test_a_block_held_by_an_earlier_sleep_is_decided_by_it_on_a_late_resume(
+    wf_engine: Engine, mock_clock: MockClock, seconds: float, seen: str
+) -> None:
+    """The run is resumed long after both the sleep and the deadline: the block ended when the
+    sleep did, by the durable clock, not when the late drive reached it."""
+    mock_clock.autojump = False
+    run = await wf.start(block_awaits_an_earlier_sleep, seconds)
+    record = await run.settle(timeout=30)
+    assert record.status == wf.RunStatus.SUSPENDED
+    mock_clock.jump(1000)  # one resume, long after both
+    mock_clock.autojump = True
+    assert await run.result() == seen
