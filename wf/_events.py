@@ -65,15 +65,20 @@ KINDS: dict[str, EventKind] = {
         EventKind(
             "drive_failed",
             ("began", "error"),
-            ("drive",),
+            ("drive", "reason"),
             doc="A drive stopped because the store failed to record one of its writes (a full "
-            "disk, an I/O error: ``error``, in words): no process died. ``began``: the journal "
+            "disk, an I/O error: ``error``, in words), or, with ``reason`` ``interrupted``, "
+            "because its process ended it on purpose (Ctrl-C or SIGTERM of ``wf run``, a "
+            "program that returned while its run was in a step): no process died. ``began``: "
+            "the journal "
             "position of that drive's first event (its marker), and ``drive``: the token its "
             "markers carry (absent for a drive without a marker), the drive this names; deaths "
             "in a row (``max_recoveries``) do not count it, and only a drive whose marker at "
             "``began`` carries that token is it (a late note cannot name another process's "
             "drive whose marker took that position). Written right after the failure, or, when "
-            "the store could not take it then, by the process's next drive of the run.",
+            "the store could not take it then, by the process's next drive of the run; an "
+            "interruption's, before its process ends, or not at all (it then counts as a "
+            "death).",
         ),
         EventKind(
             "run_retrying",

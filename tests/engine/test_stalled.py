@@ -1,4 +1,4 @@
-"""Stalled runs on every store: a driver that dies in a step (here its task is cancelled mid-step,
+"""Stalled runs on every store: a driver that dies in a step (here ``TestEngine.crash`` mid-step,
 which leaves the journal as a killed process would) is counted by the next one; after
 ``max_recoveries`` deaths in a row without progress the run fails with ``wf.RunStalled``, never
 retried. The same with real processes: ``tests/reliability/test_stalled.py``."""
@@ -13,6 +13,7 @@ import wf
 from wf import Engine
 from wf.store import RunRecord, RunStatus
 from wf.store.memory import MemoryStore
+from wf.testing import TestEngine
 
 hanging: dict[int, asyncio.Event] = {}
 """Index -> set once ``hang(index)`` is running."""
@@ -57,8 +58,11 @@ async def plain() -> int:
 
 
 async def die_in_step(engine: Engine, run_id: str, index: int) -> RunRecord | None:
-    """Drive the run until it is in ``hang(index)``, then let the driver die there; the
-    record if the drive ended first (the run failed stalled)."""
+    """Drive the run until it is in ``hang(index)``, then let the driver die there, as a
+    SIGKILL would (``TestEngine.crash``: a drive merely cancelled is one its process ended on
+    purpose, noted as no death); the record if the drive ended first (the run failed
+    stalled)."""
+    assert isinstance(engine, TestEngine)
     hanging.pop(index, None)
     reached = hanging.setdefault(index, asyncio.Event())
     driver = engine.drive_soon(run_id)
@@ -67,9 +71,8 @@ async def die_in_step(engine: Engine, run_id: str, index: int) -> RunRecord | No
     waiter.cancel()
     if driver.done():
         return await driver
-    driver.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await driver
+    await engine.crash(run_id)
+    assert driver.done()
     return None
 
 

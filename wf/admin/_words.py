@@ -446,6 +446,8 @@ def describe_event(event: dict[str, Any]) -> str | None:
             )
         return "run resumed"
     if kind_of == "drive_failed":
+        if event.get("reason") == "interrupted":
+            return "drive interrupted on purpose (no death)"
         return f"drive stopped by the store (no death): {event.get('error')}"
     if kind_of == "run_attempt":
         return f"run started (attempt {attempt})"

@@ -169,14 +169,52 @@ async def _note_failed(
         engine.drive_gate.failed(run_id, began, drive, words)
 
 
-def drive_failed_note(ts: float, began: int, drive: str | None, error: str) -> Event:
+def drive_failed_note(
+    ts: float, began: int, drive: str | None, error: str, *, reason: str | None = None
+) -> Event:
     """The ``drive_failed`` event naming the drive that began at ``began`` with token
     ``drive`` (not written when the drive wrote no marker: ``_recovery`` matches it with
-    none)."""
+    none). ``reason``: ``interrupted`` for a drive its process ended on purpose; none for one
+    the store stopped."""
     note: Event = {"type": "drive_failed", "ts": ts, "began": began, "error": error}
     if drive is not None:
         note["drive"] = drive
+    if reason is not None:
+        note["reason"] = reason
     return note
+
+
+INTERRUPTED_NOTE_WAIT = 1.0
+"""Seconds an interrupted drive waits for the store to take its note (``drive_failed``) before
+it lets its process go on ending without it (the drive then counts as a death, as before)."""
+
+INTERRUPTED = (
+    "interrupted: its process ended the drive on purpose (Ctrl-C, SIGTERM, a stop, or the "
+    "program's end)"
+)
+"""The ``error`` words of an interrupted drive's note."""
+
+
+async def _note_interrupted(engine: EngineLike, ctx: RunContext) -> None:
+    """The drive's task was cancelled (not to suspend or evict the run, nor for a lost lease):
+    its process ends it on purpose (``Engine.aclose`` on Ctrl-C or SIGTERM of ``wf run``,
+    ``asyncio.run`` cancelling what a program left running as it returns, a stop). No process
+    died: noted so that no driver counts it (``drive_failed`` marked ``interrupted``), within
+    ``INTERRUPTED_NOTE_WAIT`` (a Ctrl-C must never hang on a slow store). A crash runs none of
+    this; nor does a drive the store fenced (``wf.testing.TestEngine.crash``)."""
+    began = ctx.drive_began
+    if began is None or ctx.closed:
+        return  # no marker yet (nothing of this drive to read as a death), or ended otherwise
+    ctx.closed = True  # nothing after the note: a stray step's result is this drive's no more
+    note = drive_failed_note(
+        engine.clock.now(), began, ctx.drive_token, INTERRUPTED, reason="interrupted"
+    )
+    try:
+        async with asyncio.timeout(INTERRUPTED_NOTE_WAIT):
+            await ctx.lease.append([note])
+    except (StoreError, TimeoutError):
+        # The process ends anyway: the next driver counts the drive, as it counts a death.
+        log.warning("run %s: could not note its interrupted drive in time", ctx.run_id)
 
 
 class _PinnedElsewhere(Exception):
@@ -428,6 +466,16 @@ async def _drive_live(
     except StoreFailure as failure:
         failure.began = ctx.drive_began
         failure.drive = ctx.drive_token
+        raise
+    except asyncio.CancelledError:
+        try:
+            await _note_interrupted(engine, ctx)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException:
+            # The drive ends cancelled, whatever became of its note: a fenced lease (a crash,
+            # ``TestEngine.crash``) refused it, or a second cancellation cut it short.
+            pass
         raise
     finally:
         poller.stop()

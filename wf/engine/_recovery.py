@@ -19,6 +19,11 @@ process that never drives the run again (``wf worker --until-idle`` on a disk th
 leaves it unnoted: the next process counts it, as it counts a death. The note names the drive
 by position, so a note written late never excuses a drive of another process that died since.
 
+A drive its process ended on purpose (its task cancelled: Ctrl-C or SIGTERM of ``wf run``, a
+program that returns while its run is in a step) is no death either: it writes the same note,
+marked ``reason: "interrupted"``, before the process goes on ending (``_driver``), or none if
+the store does not take it in time (then it counts). A crash runs no code: it always counts.
+
 The count is the journal's own (nothing else is written to keep it), so a crash between a
 recovery and its counting cannot lose it; the ``run_resumed`` event of a recovery repeats it
 (``recoveries``, ``steps``) for readers (``wf inspect``, the web UI).
