@@ -394,29 +394,31 @@ async def _wait_with_view(
     waiting = asyncio.ensure_future(_wait_quietly(run))
     stopper = asyncio.ensure_future(interrupted.wait())
     left: RunRecord | None = None
-    try:
-        with _catch_sigint(interrupted):
+    # SIGTERM as Ctrl-C: the drive ends on purpose, noted so (no death of the run), and a
+    # second signal, also while the drive's note is being written, exits at once.
+    with _catch_sigint(interrupted, signals=(signal.SIGINT, signal.SIGTERM)):
+        try:
             pending: set[asyncio.Future[Any]] = {waiting, stopper, following}
             while left is None and not (waiting.done() or stopper.done()):
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 if following in done:
                     left = following.result()  # a record: suspended on the outside alone
-    finally:
-        following.cancel()
-        stopper.cancel()
-        # Bounded: a view that failed to stop must not keep Ctrl-C from ending the command.
-        await asyncio.wait({following}, timeout=1.0)
-        if following.done() and not following.cancelled():
-            following.exception()  # retrieved: the view's own error is not the outcome
+        finally:
+            following.cancel()
+            stopper.cancel()
+            # Bounded: a view that failed to stop must not keep Ctrl-C from ending the command.
+            await asyncio.wait({following}, timeout=1.0)
+            if following.done() and not following.cancelled():
+                following.exception()  # retrieved: the view's own error is not the outcome
+        if left is None and not waiting.done():
+            follower.sink.stop()
+            waiting.cancel()
+            await _interrupted(client, run.id)
     if left is not None and not waiting.done():
         waiting.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await waiting
         return left
-    if not waiting.done():
-        follower.sink.stop()
-        waiting.cancel()
-        await _interrupted(client, run.id)
     waiting.result()  # an error while waiting (a store error, say) surfaces here
     return await follower.refresh()
 
@@ -505,10 +507,13 @@ async def _say_queued_remote(client: Admin, run_id: str) -> None:
     hint(f"queued on the wf server at {where}: {who}; follow it with `wf inspect {run_id}`")
 
 
-def _catch_sigint(interrupted: asyncio.Event) -> StopSignals:
-    # Ctrl-C sets a flag instead of letting asyncio cancel the command, so the command can say
-    # what becomes of the run; a second exits at once, also while the run's code blocks the
-    # event loop. Only in the main thread (not in some test runners).
+def _catch_sigint(
+    interrupted: asyncio.Event, signals: tuple[signal.Signals, ...] = (signal.SIGINT,)
+) -> StopSignals:
+    # Ctrl-C (and whatever else of ``signals``) sets a flag instead of letting asyncio cancel
+    # the command, so the command can say what becomes of the run; a second exits at once,
+    # also while the run's code blocks the event loop. Only in the main thread (not in some
+    # test runners).
     from wf._interrupts import StopSignals
 
     def say(line: str) -> None:
@@ -516,7 +521,7 @@ def _catch_sigint(interrupted: asyncio.Event) -> StopSignals:
         sys.stderr.flush()
 
     return StopSignals(
-        lambda _sig: interrupted.set(), say=say, signals=(signal.SIGINT,), code=EXIT_INTERRUPTED
+        lambda _sig: interrupted.set(), say=say, signals=signals, code=EXIT_INTERRUPTED
     )
 
 
@@ -597,12 +602,14 @@ async def _left_to(client: LocalAdmin, run_id: str) -> str:
 
 
 async def _interrupted(client: LocalAdmin, run_id: str) -> NoReturn:
-    """Ctrl-C: leave the run to the store and exit now, the way a crash would."""
+    """Ctrl-C or SIGTERM: leave the run to the store and exit now. The drive notes that it
+    was interrupted (``drive_failed``), so that its end is not counted as its process's death
+    (``max_recoveries``)."""
     sys.stderr.write(f"\ninterrupted: {await _left_to(client, run_id)}\n")
     sys.stderr.flush()
-    # Give the driver a moment to release the run and flush its journal; a step still running
-    # in a thread cannot be stopped, so rather than wait for it the process ends below (the run
-    # is safe: a crash at any point is recovered from the journal).
+    # Give the driver a moment to note its end, release the run and flush its journal; a step
+    # still running in a thread cannot be stopped, so rather than wait for it the process ends
+    # below (the run is safe: a crash at any point is recovered from the journal).
     await client.engine.aclose(timeout=2.0)
     with contextlib.suppress(Exception):
         async with asyncio.timeout(1.0):

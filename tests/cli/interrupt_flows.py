@@ -1,0 +1,57 @@
+"""A workflow whose drivers' deaths count at once (``max_recoveries=1``), for the tests of drives
+ended on purpose (``tests.cli.test_interrupted_drives``), and a program that drives it in its
+own process and returns while its step runs (``python -m tests.cli.interrupt_flows``).
+
+The step holds while the file ``hold`` exists in ``WF_TEST_LOG`` (an async wait: a thread would
+keep a program's interpreter from exiting) and leaves ``start``/``end`` lines there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import wf
+from tests.cli.flows import append, log_dir, work
+
+
+@wf.step
+async def hold() -> str:
+    append("steps", "start")
+    deadline = time.monotonic() + 60
+    while (log_dir() / "hold").exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    append("steps", "end")
+    return "done"
+
+
+@wf.workflow(max_recoveries=1)
+async def fragile() -> str:
+    """One death fails it with ``wf.RunStalled``: an interruption counted as one shows."""
+    return await hold()
+
+
+@wf.workflow(max_recoveries=1)
+async def fragile_sync() -> int:
+    """``fragile`` with a sync step (``flows.work``: holds while ``hold_0`` exists), whose
+    thread a stop cannot end."""
+    return await work(0)
+
+
+async def _program(run_id: str) -> None:
+    """Start the run (driven here) and return once its step runs: ``asyncio.run`` then cancels
+    the drive, as any program that ends while its run is in a step does."""
+    run = await wf.start(fragile, run_id=run_id)
+    deadline = time.monotonic() + 30
+    while "start" not in (log_dir() / "steps").read_text(encoding="utf-8").split():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the step never started")
+        await asyncio.sleep(0.02)
+    print(run.id, flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    (log_dir() / "steps").touch()
+    asyncio.run(_program(sys.argv[1]))
