@@ -439,6 +439,13 @@ class RemoteClient:
         """Deliver ``payload`` to the hook with ``token`` (validated by the server). With a
         ``key`` (sent as ``Idempotency-Key``) a request whose answer was lost is sent again:
         the server delivers it once."""
+        return (await self.resume_hook_sent(token, payload, key=key))[0]
+
+    async def resume_hook_sent(
+        self, token: str, payload: Any, *, key: str | None = None
+    ) -> tuple[RemoteRun, str | None]:
+        """``resume_hook``, and the id of the inbox message that carried the payload, as the
+        server names it (None for a keyed delivery, or from a server that does not say)."""
         from pydantic_core import to_jsonable_python
 
         path = "/hooks/" + urllib.parse.quote(check_name("a hook token", token), safe="")
@@ -450,7 +457,12 @@ class RemoteClient:
             headers=headers,
             again=key is not None,
         )
-        return RemoteRun(self.text(answer, "run_id", "POST /hooks/{token}"), self)
+        run = RemoteRun(self.text(answer, "run_id", "POST /hooks/{token}"), self)
+        with self.reading("POST /hooks/{token}"):
+            message = answer.get("message")  # absent from an older server's answer
+        if message is not None:
+            message = self.text(answer, "message", "POST /hooks/{token}")
+        return run, message
 
     async def list_runs(self, **query: Any) -> dict[str, Any]:
         """``GET /runs`` with its filters (an answer that is not an object: ``not_wf``)."""

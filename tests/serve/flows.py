@@ -327,3 +327,24 @@ async def hook_under_timeout(token: str) -> object:
 async def echo(text: str) -> str:
     """Its input, as its output."""
     return text
+
+
+@wf.workflow
+async def positive(token: str) -> int:
+    """Waits on the hook ``token`` for a ``Positive``, a class nobody imports by its name (it
+    is local): a sender checks its JSON schema, which does not carry its validator, so the
+    run refuses a negative ``n`` only as it takes the payload in."""
+    import pydantic
+
+    class Positive(pydantic.BaseModel):
+        n: int
+
+        @pydantic.field_validator("n")
+        @classmethod
+        def _positive(cls, value: int) -> int:
+            if value < 0:
+                raise ValueError("n must be >= 0")
+            return value
+
+    hook = wf.create_hook(Positive, token=token)
+    return (await hook.next()).n

@@ -134,8 +134,12 @@ async def test_resume_a_hook_by_token(api: Api) -> None:
     unknown = await api.client.post("/api/v1/hooks/nobody", json={})
     assert unknown.status_code == 404
     ok = await api.client.post("/api/v1/hooks/approve:o1", json={"approved": True, "by": "ada"})
-    assert ok.json() == {"run_id": run_id}
+    assert ok.json()["run_id"] == run_id
     assert (await api.result(run_id))["output"] == "approved by ada"
+    # The message that carried it, which the run journals with the payload.
+    journal = await api.engine.store.read_journal(run_id)
+    carried = [e.get("message") for e in journal if e["type"] == "hook_payload"]
+    assert carried == [ok.json()["message"]] and isinstance(carried[0], str)
 
 
 async def test_a_resume_with_an_idempotency_key_delivers_once(api: Api) -> None:
@@ -145,11 +149,12 @@ async def test_a_resume_with_an_idempotency_key_delivers_once(api: Api) -> None:
     key = {"Idempotency-Key": "order-k1"}
     for _ in range(2):  # the retry of a caller whose answer was lost
         response = await api.client.post(url, json=payload, headers=key)
-        assert response.status_code == 200 and response.json() == {"run_id": run_id}
+        assert response.status_code == 200
+        assert response.json() == {"run_id": run_id, "message": None}  # keyed: not said
     assert (await api.result(run_id))["output"] == "approved by ada"
     # Its hook is released with the run: a repeat still answers the run, without a key 404.
     again = await api.client.post(url, json=payload, headers=key)
-    assert again.status_code == 200 and again.json() == {"run_id": run_id}
+    assert again.status_code == 200 and again.json() == {"run_id": run_id, "message": None}
     assert (await api.client.post(url, json=payload)).status_code == 404
     journal = await api.engine.store.read_journal(run_id)
     assert [e["type"] for e in journal].count("hook_payload") == 1
@@ -862,7 +867,7 @@ async def test_a_resume_waiting_for_the_segments_lock_leaves_the_server_serving(
     finally:
         safety.cancel()
         os.close(fd)
-    assert answer.status_code == 200 and answer.json() == {"run_id": run_id}
+    assert answer.status_code == 200 and answer.json()["run_id"] == run_id
     assert (await api.result(run_id))["output"] == "approved by ada"
 
 

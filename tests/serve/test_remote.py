@@ -177,6 +177,28 @@ def test_the_cli_talks_to_the_server_with_wf_url(served: Served) -> None:
     assert not Path("/nonexistent/never-made").exists()
 
 
+@pytest.mark.parametrize("served", ["local"], indirect=True)
+def test_a_payload_the_run_refuses_once_stored_is_exit_2_over_wf_url(served: Served) -> None:
+    """As on the store here (tests/cli/test_hooks_cli.py): the hook's type is a local class,
+    which nobody imports by name, so the server checks its JSON schema (no validator) and
+    stores the payload; the run refuses it as it takes it in. It was exit 0 over ``WF_URL``:
+    the server's answer did not name the message that carried the payload."""
+    env = {"WF_URL": served.url, "WF_TOKEN": TOKEN}
+    token = f"positive-{uuid.uuid4().hex[:8]}"
+    started = served.wf("run", "tests.serve.flows:positive", "--input", json.dumps(token), **env)
+    assert started.returncode == 0, started.stderr  # waits for its hook alone: back at once
+    run_id = started.stdout.strip()
+    refused = served.wf("hook", "resume", token, "--data", '{"n": -1}', **env)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout.strip() == run_id  # stored: the run is named all the same
+    line = refused.stderr.splitlines()[-1]
+    assert line.startswith(f"error: run {run_id} refused the payload:"), refused.stderr
+    assert "n must be >= 0" in line
+    accepted = served.wf("hook", "resume", token, "--data", '{"n": 3}', **env)
+    assert accepted.returncode == 0, accepted.stderr
+    assert f"run {run_id}: completed" in accepted.stderr
+
+
 async def test_a_stream_whose_writer_was_cut_off_is_said_incomplete_over_http(
     remote: Served,
 ) -> None:

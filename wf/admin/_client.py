@@ -117,7 +117,7 @@ class Admin(Protocol):
     ) -> tuple[str, str | None]:
         """``resume_hook``, and the id of the inbox message that carried the payload, which
         the run journals with it (``hook_payload``'s ``message``): None when not known (a
-        keyed delivery, or over HTTP)."""
+        keyed delivery)."""
         ...
 
     async def settle(self, run_id: str) -> RunRecord:

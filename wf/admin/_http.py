@@ -228,8 +228,8 @@ class HttpAdmin:
     async def resume_hook_sent(
         self, token: str, payload: Any, *, key: str | None = None
     ) -> tuple[str, str | None]:
-        # The server does not say which message carried the payload.
-        return await self.resume_hook(token, payload, key=key), None
+        run, message = await self.remote.resume_hook_sent(token, payload, key=key)
+        return run.id, message
 
     async def settle(self, run_id: str) -> RunRecord:
         from wf.store._ids import validate_run_id

@@ -21,7 +21,7 @@ from wf import admin
 from wf._exceptions import HookError
 from wf._tasks import in_thread_alone
 from wf.admin import _feed as admin_feed
-from wf.admin._control import check_stream, live_hook
+from wf.admin._control import check_stream, live_hook, resume_hook_sent
 from wf.admin._logs import log_page
 from wf.admin._read import existing_run, heavy, readable
 from wf.serve import _params as params
@@ -206,7 +206,9 @@ async def resume_hook(request: Request) -> Response:
     """``POST /api/v1/hooks/{token}``: deliver the JSON body to the hook as its payload.
 
     With an ``Idempotency-Key`` header, a repeat with the same key delivers nothing new and
-    answers the same run, also once the run has ended."""
+    answers the same run, also once the run has ended. ``message`` is the id of the inbox
+    message that carried the payload, which the run journals with it (``hook_payload``; a
+    ``hook_payload_refused`` says the run refused it): null for a keyed delivery."""
     from wf._remote import IDEMPOTENCY_HEADER
     from wf.engine._hooks import kept_resume
     from wf.store._limits import check_key
@@ -218,13 +220,13 @@ async def resume_hook(request: Request) -> Response:
     payload = await params.json_body(request, required=False)
     engine = state(request).engine
     if key is not None and (owner := await kept_resume(engine, token, key)) is not None:
-        return ApiJSON({"run_id": owner.id})
+        return ApiJSON({"run_id": owner.id, "message": None})
     try:
         await live_hook(engine.store, token)
     except HookError as exc:
         raise ApiError(404, "not_found", str(exc)) from None
-    run_id = await admin.resume_hook(engine, token, payload, key=key)
-    return ApiJSON({"run_id": run_id})
+    run_id, message = await resume_hook_sent(engine, token, payload, key=key)
+    return ApiJSON({"run_id": run_id, "message": message})
 
 
 async def list_hooks(request: Request) -> Response:

@@ -170,9 +170,13 @@ class Hooks(TypedDict):
 
 
 class Resumed(TypedDict):
-    """A payload delivered to a hook: the run that owns it."""
+    """A payload delivered to a hook: the run that owns it, and the id of the inbox message
+    that carried it (the run journals it with the payload: ``hook_payload``'s ``message``;
+    a ``hook_payload_refused`` of that payload says the run refused it), null for a keyed
+    delivery."""
 
     run_id: str
+    message: str | None
 
 
 class StreamState(TypedDict):
