@@ -221,6 +221,9 @@ class ServerUnavailable(StoreError):
         """No answer came: the server refused the connection or dropped it (not a timeout)."""
         self.cut = False
         """An answer began and was cut off (a followed body the server's stop ended)."""
+        self.ended = False
+        """The server answered, then ended a run's feed before the run ended (it stops, or a
+        proxy ends such a response): ``unreached`` too, as a follow opens it again."""
 
 
 class NondeterminismError(WFError):

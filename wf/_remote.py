@@ -65,10 +65,11 @@ KEEPALIVE = 4.0
 the server is closing."""
 
 _RETRIED = frozenset({"GET", "HEAD", "PUT", "DELETE"})
-"""Methods sent again, once, when the connection fails before an answer (a kept connection
-the server dropped): the same request twice does what it does once. A ``POST`` (a start, a
-hook's payload without an idempotency key) is not: its failure is ``ServerUnavailable``, as any
-other."""
+"""Methods sent again when the connection fails before an answer (a kept connection the server
+dropped, a restart: ``RemoteClient.call``): the same request twice does what it does once. A
+``POST`` is only when its caller says it is safe (``again``: a start with a run id, a cancel, a
+wake-up, a hook's payload with an idempotency key); another (a start without an id, a retry)
+fails as ``ServerUnavailable``."""
 
 
 RIDE_OUT = 300.0
@@ -215,6 +216,10 @@ class RemoteClient:
         self._pools = _Pools()
         self._in_flight = 0
         self._retired = False  # configured away: closed when its last request ends
+        self.reached = False
+        """Whether the server answered a request of this client: a server that stops
+        answering since is one that restarts (a follow rides it out, ``riding_out``), not a
+        wrong address (said at once)."""
 
     @property
     def settings(self) -> tuple[str, str | None, float]:
@@ -273,20 +278,29 @@ class RemoteClient:
         *,
         timeout: float | None = None,
         again: bool = False,
+        deadline: float | None = None,
         **kwargs: Any,
     ) -> Any:
-        """One request; its JSON, or the library's error for the server's error. ``again``:
-        the request is idempotent whatever its method (a ``POST`` with an idempotency key), so
-        it is sent once more, as ``_RETRIED`` methods are, when the connection fails under it."""
+        """One request; its JSON, or the library's error for the server's error.
+
+        A request safe to send again (``_RETRIED`` methods, or ``again``: a ``POST`` the same
+        twice does what it does once, as a start with a run id, a cancel, a wake-up, a hook's
+        payload with an idempotency key) whose connection drops before the answer is sent
+        again at once (a kept connection the server closed); when the server then refuses the
+        connection, it restarts: the request is sent again once it answers (``Outage``, up to
+        ``RIDE_OUT`` seconds, and not past ``deadline``, a ``time.monotonic()``). Another
+        ``POST`` whose connection drops fails as ``ServerUnavailable`` saying it may have been
+        done."""
         import httpx
 
         if "json" in kwargs:  # encoded here: a lone surrogate goes as its JSON escape
             kwargs["content"] = json_body(kwargs.pop("json"))
             kwargs["headers"] = {**kwargs.get("headers", {}), "Content-Type": "application/json"}
         limit = self.timeout if timeout is None else timeout
-        tries = 2 if method in _RETRIED or again else 1
+        safe = method in _RETRIED or again
         tried = 0
         closed_under = False
+        outage: Outage | None = None  # a restart cut the request: it is ridden out
         while True:
             tried += 1
             try:
@@ -295,11 +309,23 @@ class RemoteClient:
                         method, path, timeout=httpx.Timeout(limit), **kwargs
                     )
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-                if tried < tries:
-                    continue  # a kept connection dropped under the request: once more
-                raise self.unreachable(exc, limit) from None
+                failure = self.unreachable(exc, limit)
+                if not safe:
+                    failure.args = (
+                        f"{failure} ({method} {path} may have been done already: it is not "
+                        "sent again, as it is not safe to send twice)",
+                    )
+                    raise failure from None
+                if outage is None and tried == 1:
+                    continue  # a kept connection dropped under the request: once more at once
+                if outage is None:
+                    raise failure from None  # dropped twice: a server that drops it, no restart
             except httpx.TransportError as exc:
-                raise self.unreachable(exc, limit) from None
+                failure = self.unreachable(exc, limit)
+                if outage is None and not (safe and tried > 1):
+                    raise failure from None
+                # Dropped, then refused: the server restarts. Sent again once it answers.
+                outage = outage or Outage(self, deadline=deadline)
             except RuntimeError as exc:
                 # Closed (from another thread's configure) before the request was sent: the
                 # request never left, so any method goes again once, on a fresh client.
@@ -310,7 +336,16 @@ class RemoteClient:
                 closed_under = True
                 tried -= 1
                 continue
-            return _answer(response, self)
+            else:
+                self.reached = True
+                if outage is not None:
+                    outage.answered()
+                return _answer(response, self)
+            try:
+                await outage.failed(failure)  # raises a timeout, and past RIDE_OUT
+            except ServerUnavailable:
+                failure.unreached = False  # ridden out already: a follow's Outage raises it
+                raise failure from None
 
     @contextlib.asynccontextmanager
     async def streaming(self, method: str, path: str, **kwargs: Any) -> AsyncIterator[Any]:
@@ -321,6 +356,7 @@ class RemoteClient:
                 try:
                     opened = client.stream(method, path, **kwargs)
                     response = await opened.__aenter__()
+                    self.reached = True
                 except RuntimeError as exc:
                     if not _closed_client(exc):
                         raise
@@ -350,15 +386,21 @@ class RemoteClient:
         error.unreached = not isinstance(exc, httpx.TimeoutException)
         return error
 
-    async def riding_out(self, request: Callable[[], Awaitable[T]]) -> T:
+    async def riding_out(
+        self, request: Callable[[], Awaitable[T]], *, deadline: float | None = None
+    ) -> T:
         """``request()``'s answer; while the server cannot be reached (refused, dropped: a
         restart), ``request()`` again after 0.5 s, then up to every 5 s, for up to
-        ``RIDE_OUT`` seconds (``Outage``). For a follow of a server it reached already."""
-        outage = Outage(self)
+        ``RIDE_OUT`` seconds (``Outage``), or until ``deadline`` (``time.monotonic()``) if
+        sooner. For a follow: a server this client never reached (``reached``: a wrong
+        address) is said at once."""
+        outage = Outage(self, deadline=deadline)
         while True:
             try:
                 answer = await request()
             except ServerUnavailable as exc:
+                if not self.reached:
+                    raise
                 await outage.failed(exc)
                 continue
             outage.answered()
@@ -418,7 +460,8 @@ class RemoteClient:
         run_options = getattr(workflow, "run_options", None)
         if run_options is not None:
             body["options"] = run_options.to_json()
-        answer = await self.call("POST", "/runs", json=body)
+        # With its id a start is safe to send again: the server answers the run it started.
+        answer = await self.call("POST", "/runs", json=body, again=run_id is not None)
         return RemoteRun(self.text(answer, "id", "POST /runs"), self)
 
     def text(self, answer: Any, key: str, what: str) -> str:
@@ -474,35 +517,62 @@ class RemoteClient:
 
 
 class Outage:
-    """A follow's wait for a server it can no longer reach: ``failed(error)`` sleeps before
-    the next try (0.5 s, doubling up to 5 s) and says once that the server does not answer,
-    or raises ``error`` when it is no such failure (an answer, a timeout) or past
-    ``RIDE_OUT`` seconds; ``answered()`` says once that it answers again."""
+    """A follow's wait for a server it can no longer reach, or that ended its feed early.
 
-    def __init__(self, client: RemoteClient) -> None:
+    ``failed(error)`` sleeps before the next try (0.5 s, doubling up to 5 s), or raises
+    ``error`` when it is no such failure (an answer, a timeout), past ``RIDE_OUT`` seconds of
+    a server that cannot be reached, or past ``deadline`` (``time.monotonic()``). A server
+    that cannot be reached is said once, and ``answered()`` says once that it answers again.
+    A feed the server ended early (``feed_ended``: it stops, or a proxy ends such responses
+    at once) is said once per follow and opened again after the same growing pauses, with no
+    limit (the server answers each time, and each opening reads the run anew); a feed that
+    lasted ``RIDE_OUT_RETRY[1]`` seconds is opened again after the shortest pause."""
+
+    def __init__(self, client: RemoteClient, *, deadline: float | None = None) -> None:
         self.client = client
-        self.since: float | None = None
+        self.deadline = deadline
+        self.since: float | None = None  # cannot be reached since
         self.pause = RIDE_OUT_RETRY[0]
+        self.opened: float | None = None  # when the server last answered
+        self.ended_said = False
 
     async def failed(self, error: ServerUnavailable) -> None:
         if not getattr(error, "unreached", False):
             raise error
         now = time.monotonic()
-        if self.since is None:
+        left = math.inf if self.deadline is None else self.deadline - now
+        if getattr(error, "ended", False):
+            if self.opened is not None and now - self.opened >= RIDE_OUT_RETRY[1]:
+                self.pause = RIDE_OUT_RETRY[0]  # it lasted: not a feed ended at once
+            if not self.ended_said:
+                self.ended_said = True
+                _say(f"{error}; opening it again")
+        elif self.since is None:
             self.since = now
-            _say(f"{error}; trying again for up to {RIDE_OUT:g}s")
+            _say(f"{error}; trying again for up to {max(0.0, min(RIDE_OUT, left)):.3g}s")
         elif now - self.since >= RIDE_OUT:
             raise error
-        await asyncio.sleep(self.pause)
+        if left <= 0:
+            raise error
+        await asyncio.sleep(min(self.pause, left))
         self.pause = min(self.pause * 2, RIDE_OUT_RETRY[1])
 
     def answered(self) -> None:
+        self.opened = time.monotonic()
         if self.since is not None:
             _say(
                 f"the wf server at {self.client.url} answers again "
-                f"(after {time.monotonic() - self.since:.1f}s)"
+                f"(after {self.opened - self.since:.1f}s)"
             )
             self.since, self.pause = None, RIDE_OUT_RETRY[0]
+
+
+def feed_ended(client: RemoteClient) -> ServerUnavailable:
+    """The error of a run's feed the server ended before the run ended (it stops, or a proxy
+    ends it): ``Outage.failed`` opens it again."""
+    error = ServerUnavailable(f"the wf server at {client.url} ended the run's feed early")
+    error.unreached = error.ended = True
+    return error
 
 
 def _say(line: str) -> None:
@@ -693,20 +763,27 @@ class RemoteRun(Run[Any]):
 
     async def result(self, timeout: float | None = None) -> Any:
         """Wait for the run to end (long polls) and return its output, or raise as
-        ``wf.Run.result`` does (``RunFailed``, ``RunCancelled``, ``TimeoutError``)."""
+        ``wf.Run.result`` does (``RunFailed``, ``RunCancelled``, ``TimeoutError``). A server
+        that stops answering meanwhile (a restart) is asked again (``RemoteClient.riding_out``:
+        up to ``RIDE_OUT`` seconds, and not past ``timeout``)."""
         from wf.engine._codec import decode
 
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+
+        async def poll() -> Any:
             wait = _LONG_POLL
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
-            data = await self.client.call(
+            return await self.client.call(
                 "GET",
                 self._path("/result"),
                 params={"wait": wait},
                 timeout=wait + self.client.timeout,
+                deadline=deadline,
             )
+
+        while True:
+            data = await self.client.riding_out(poll, deadline=deadline)
             with self.client.reading("GET /runs/{id}/result"):
                 status = data["status"]
             if status == "completed":
@@ -740,7 +817,7 @@ class RemoteRun(Run[Any]):
         """Ask the run to stop; False if it had already ended."""
         params = {"wait": str(wait).lower(), "children": str(children).lower()}
         data = await self.client.call(
-            "POST", self._path("/cancel"), params=params, timeout=None if wait else 60
+            "POST", self._path("/cancel"), params=params, timeout=None if wait else 60, again=True
         )
         with self.client.reading("POST /runs/{id}/cancel"):
             if "runs" in data:
@@ -750,7 +827,7 @@ class RemoteRun(Run[Any]):
     async def wake_up(self, *, wait: bool = False) -> bool:
         """End the run's current sleeps now; False if it had already ended."""
         data = await self.client.call(
-            "POST", self._path("/wake"), params={"wait": str(wait).lower()}
+            "POST", self._path("/wake"), params={"wait": str(wait).lower()}, again=True
         )
         with self.client.reading("POST /runs/{id}/wake"):
             return bool(data["sent"])
@@ -794,8 +871,38 @@ class RemoteRun(Run[Any]):
 
     async def watch(self) -> AsyncIterator[RunEvent]:
         """The run's events (``wf.RunEvent``) as they happen, until the terminal one: the
-        server says when the run changed (server-sent events), its journal says what."""
+        server says when the run changed (server-sent events), its journal says what. A
+        server that stops answering meanwhile (a restart), or ends the feed early, is asked
+        again (``Outage``: up to ``RIDE_OUT`` seconds unreachable), and the events go on
+        after those told already."""
+        outage = Outage(self.client)
+        seen = 0  # events told: a watch opened again goes on after them
+        while True:
+            told = 0
+            try:
+                async for event in self._watch_once():
+                    outage.answered()
+                    told += 1
+                    if told <= seen and not event.is_terminal:
+                        continue
+                    seen = max(seen, told)
+                    yield event
+                    if event.is_terminal:
+                        return
+            except ServerUnavailable as exc:
+                if not self.client.reached:
+                    raise  # never answered: a wrong address, said at once
+                await outage.failed(exc)
+                continue
+            await outage.failed(feed_ended(self.client))
+
+    async def _watch_once(self) -> AsyncIterator[RunEvent]:
+        """``watch`` over one opening of the run's feed, from the run's first event; it ends
+        when the server ends the feed. ``ServerUnavailable`` when it cannot be reached or
+        drops the connection."""
         import json
+
+        import httpx
 
         from wf.engine._watch import _from_record, events_of
 
@@ -805,28 +912,38 @@ class RemoteRun(Run[Any]):
             return
         seen = 0
         params = {"run": self.id}
-        async with self.client.streaming("GET", "/events", params=params) as response:
-            if response.status_code >= 300 or API_HEADER not in response.headers:
-                await response.aread()
-                _answer(response, self.client)
-            async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                json.loads(line[6:])
-                more = True
-                while more:
-                    # Only what the journal gained, a page at a time: the run's whole
-                    # document (18 MB for 30,000 steps) once per change would not do.
-                    page = await self.client.call(
-                        "GET", self._path("/events"), params={"start": seen}
-                    )
-                    with self.client.reading("GET /runs/{id}/events"):
-                        found_events = events_of(self.id, page["events"])
-                        seen, more = page["next_start"], page["more"]
-                    for found in found_events:
-                        yield found
-                        if found.is_terminal:
-                            return
+        # The server sends a keep-alive every 15 s: a read waits that long, and the answer's
+        # own time (``WF_TIMEOUT``) more.
+        timeout = httpx.Timeout(self.client.timeout, read=15.0 + self.client.timeout)
+        try:
+            async with self.client.streaming(
+                "GET", "/events", params=params, timeout=timeout
+            ) as response:
+                if response.status_code >= 300 or API_HEADER not in response.headers:
+                    await response.aread()
+                    _answer(response, self.client)
+                async for line in response.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    json.loads(line[6:])
+                    more = True
+                    while more:
+                        # Only what the journal gained, a page at a time: the run's whole
+                        # document (18 MB for 30,000 steps) once per change would not do.
+                        page = await self.client.call(
+                            "GET", self._path("/events"), params={"start": seen}
+                        )
+                        with self.client.reading("GET /runs/{id}/events"):
+                            found_events = events_of(self.id, page["events"])
+                            seen, more = page["next_start"], page["more"]
+                        for found in found_events:
+                            yield found
+                            if found.is_terminal:
+                                return
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise self.client.unreachable(exc, None) from None  # dropped: the server stops
+        except httpx.TransportError as exc:
+            raise self.client.unreachable(exc, self.client.timeout) from None
 
     async def retry(self) -> None:
         """Queue one more attempt of a failed run (``UsageError`` if it has not failed)."""

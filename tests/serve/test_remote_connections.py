@@ -37,6 +37,7 @@ class Counting:
         self.accepted = 0
         self.open = 0
         self.drop_next = False  # close the connection of the next request without answering
+        self.bounce_next: float | None = None  # that, and down for so many seconds (a restart)
         self.stall = False  # never answer
         self.hold = 0.0  # seconds to wait before answering
         self.heads: list[str] = []  # every request's head, as it came
@@ -69,6 +70,13 @@ class Counting:
         self.do(self.shut())
         self.do(self.listen())
 
+    async def bounce(self, down: float) -> None:
+        """Stop (closing every connection), and listen again on the same port ``down``
+        seconds later: a restart that cut a request."""
+        await self.shut()
+        await asyncio.sleep(down)
+        await self.listen()
+
     def until_closed(self) -> int:
         """The connections still open once the client closed its own (within 5 s)."""
         deadline = time.monotonic() + 5
@@ -94,10 +102,19 @@ class Counting:
                 if self.drop_next:
                     self.drop_next = False
                     return
+                if self.bounce_next is not None:
+                    down, self.bounce_next = self.bounce_next, None
+                    self.loop.create_task(self.bounce(down))
+                    return
                 if self.stall:
                     await asyncio.Event().wait()
                 await asyncio.sleep(self.hold)
-                posted = {"id": f"run-{self.accepted}", "run_id": "run-1"}
+                posted = {
+                    "id": f"run-{self.accepted}",
+                    "run_id": "run-1",
+                    "sent": True,
+                    "status": "running",
+                }
                 data = posted if method == "POST" else {"runs": []}
                 body = json.dumps(data).encode()
                 writer.write(
@@ -277,6 +294,54 @@ async def test_a_connection_dropped_under_a_keyed_resume_is_tried_again_once(
     with pytest.raises(ServerUnavailable, match="cannot reach the wf server"):
         await wf.resume_hook("tok", 1)  # without a key: not sent again
     assert "idempotency-key" not in configured.heads[-1].lower()
+
+
+async def test_a_request_safe_to_send_again_cut_by_a_restart_is_sent_once_it_answers(
+    configured: Counting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start with an id, a cancel, a wake-up: the same request twice does what it does once.
+    Cut by a restart (the server down for a while), each is sent again once the server answers
+    (``RIDE_OUT``); they failed as ``ServerUnavailable``, as a start without an id still does."""
+    import wf._remote
+
+    said: list[str] = []
+    monkeypatch.setattr(wf._remote, "say_outage", said.append)
+    await starts(1)
+    run = wf.get_run("run-1")
+    async with wf.admin.connect() as admin:
+        sends: list[tuple[str, Any]] = [
+            ("POST /api/v1/runs", lambda: wf.start(FLOW, 1, b=2, run_id="given-1")),
+            ("POST /api/v1/runs/run-1/cancel", run.cancel),
+            ("POST /api/v1/runs/run-1/wake", run.wake_up),
+            ("POST /api/v1/runs", lambda: admin.start(FLOW, [1, 2], run_id="given-2")),
+            ("POST /api/v1/runs/run-1/cancel", lambda: admin.cancel("run-1")),
+            ("POST /api/v1/runs/run-1/wake", lambda: admin.wake("run-1")),
+        ]
+        for request, send in sends:
+            configured.bounce_next = 0.3
+            await asyncio.wait_for(send(), 30)
+            heads = [head for head in configured.heads if head.startswith(request + "?")
+                     or head.startswith(request + " ")]  # fmt: skip
+            assert len(heads) >= 2, (request, configured.heads[-3:])
+            assert len(said) == 2, said
+            assert said[0].endswith("trying again for up to 300s"), said
+            assert "answers again" in said[1], said
+            said.clear()
+        configured.bounce_next = 0.3
+        with pytest.raises(ServerUnavailable, match="may have been done already") as cut:
+            await admin.start(FLOW, [1, 2])  # no id: a second start is another run
+        assert "cannot reach the wf server" in str(cut.value)
+
+
+async def test_a_result_rides_out_a_restart_no_longer_than_its_timeout(
+    configured: Counting,
+) -> None:
+    await starts(1)
+    configured.bounce_next = 20.0  # down longer than the result's timeout
+    began = time.monotonic()
+    with pytest.raises(ServerUnavailable, match="cannot reach the wf server"):
+        await wf.get_run("run-1").result(timeout=1.5)
+    assert 1.4 < time.monotonic() - began < 5
 
 
 async def test_configure_timeout_bounds_each_request(configured: Counting) -> None:

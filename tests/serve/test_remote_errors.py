@@ -347,3 +347,45 @@ def test_a_run_s_feed_ended_cleanly_is_opened_again_after_a_pause_not_at_once(
         asyncio.run(HttpAdmin(RemoteClient(URL)).ended("r1", hooks_only=True))
     assert len(opened) == 3 and all(p.endswith("/events") for p in opened), opened
     assert all("ended the run's feed early" in p for p in pauses), pauses
+
+
+def test_a_feed_the_server_always_ends_at_once_is_said_once_and_backed_off(
+    serve: Callable[[Handler], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy that ends every ``/events`` response at once: ``wf run`` waiting for a run
+    said two lines (ended early; answers again) and opened the feed again every 0.5 s, for
+    ever. It now says it once and opens it again after growing pauses (0.5 s up to 5 s)."""
+    import wf._remote
+
+    opened: list[str] = []
+
+    class Enough(Exception):
+        pass
+
+    def feed(request: httpx.Request) -> httpx.Response:
+        opened.append(request.url.path)
+        if len(opened) > 8:
+            raise Enough
+        change = {"id": "r1", "status": "running", "updated_at": 1, "events": 3}
+        return httpx.Response(
+            200,
+            content=f"data: {json.dumps(change)}\n\n".encode(),
+            headers={"content-type": "text/event-stream", **WF},
+        )
+
+    pauses: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:  # no real wait: only the pauses asked for
+        pauses.append(seconds)
+        await real_sleep(0)
+
+    said: list[str] = []
+    monkeypatch.setattr(wf._remote.asyncio, "sleep", sleep)
+    monkeypatch.setattr(wf._remote, "say_outage", said.append)
+    serve(feed)
+    with pytest.raises(Enough):
+        asyncio.run(HttpAdmin(RemoteClient(URL)).ended("r1", hooks_only=True))
+    assert len(opened) == 9 and all(p.endswith("/events") for p in opened), opened
+    assert said == [f"the wf server at {URL} ended the run's feed early; opening it again"]
+    assert pauses == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0], pauses

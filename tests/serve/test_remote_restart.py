@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +152,142 @@ def test_remote_follows_ride_out_a_restart_of_the_server(tmp_path: Path) -> None
     # Every line once, in order: read on from where the cut left it.
     assert answers["stream"][0] == "".join(f"line {i}\n" for i in range(30))
     assert "completed" in answers["watch"][0]
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc")
+def test_a_remote_run_s_result_and_watch_ride_out_a_restart_of_the_server(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wf.get_run(id).result()`` and ``.watch()`` over ``wf.configure(url=...)`` wait for a
+    server that restarts, as the CLI's follows do (they raised ``ServerUnavailable``), said
+    as warnings of the ``wf.remote`` logger."""
+    import asyncio
+
+    import wf
+    import wf._remote
+    from wf._remote import configure_remote
+
+    monkeypatch.setattr(wf._remote, "say_outage", None)  # a program's: no CLI ran here
+
+    port = free_port()
+    env = env_for(tmp_path)
+    servers = [spawn_server(env, port=port)]
+    url = servers[0].url
+
+    def restart() -> None:
+        code, err = stop(servers[-1])  # a graceful stop: the running step finishes first
+        assert code == 0, err
+        time.sleep(1.0)  # nobody answers meanwhile
+        servers.append(spawn_server(env, port=port))
+
+    async def follow() -> tuple[object, list[wf.RunEvent]]:
+        run = wf.get_run("p1")
+
+        async def events() -> list[wf.RunEvent]:
+            return [event async for event in run.watch()]
+
+        result = asyncio.ensure_future(run.result(timeout=120))
+        watched = asyncio.ensure_future(events())
+        deadline = time.monotonic() + 30
+        while _connections(port) < 2:  # the result's long poll and the watch's feed
+            assert time.monotonic() < deadline, "the remote run never followed"
+            assert not result.done() and not watched.done()
+            await asyncio.sleep(0.1)
+        await asyncio.to_thread(restart)
+        return await asyncio.wait_for(result, 90), await asyncio.wait_for(watched, 90)
+
+    try:
+        made = httpx.post(
+            f"{url}/api/v1/runs",
+            json={"target": "tests.serve.flows:ticking", "input": [40, 0.25], "id": "p1"},
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
+        _until(servers[0], "p1", "running")
+        wf.configure(url=url)
+        with caplog.at_level("WARNING", logger="wf.remote"):
+            output, events = asyncio.run(follow())
+    finally:
+        configure_remote(None)
+        stop(servers[-1])
+    assert output == 40
+    assert events[-1].kind == "completed" and events[-1].output == 40
+    told = [(e.kind, e.ts) for e in events]
+    assert len(told) == len(set(told)), told  # a watch opened again goes on where it was
+    said = [r.getMessage() for r in caplog.records if r.name == "wf.remote"]
+    assert any("trying again for up to 300s" in line for line in said), said
+    assert any("answers again" in line for line in said), said
+
+
+def _cut_once(port: int) -> threading.Thread:
+    """Listen on ``port`` (a server on its way down) for one request, read its head and
+    drop the connection unanswered, then stop listening: a restart that cuts a request."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen()
+    listener.settimeout(30)
+
+    def cut() -> None:
+        try:
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(10)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    got = conn.recv(65536)
+                    if not got:
+                        break
+                    head += got
+        finally:
+            listener.close()
+
+    thread = threading.Thread(target=cut, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("cancel", "c9"), 0),
+        (("run", "tests.serve.flows:echo", "--input", '"hi"', "--id", "e9"), 0),
+        (("run", "tests.serve.flows:echo", "--input", '"hi"'), 3),
+    ],
+    ids=["cancel", "start with an id", "start without one"],
+)
+def test_a_request_cut_by_a_restart_is_sent_again_only_when_safe(
+    tmp_path: Path, args: tuple[str, ...], code: int
+) -> None:
+    """A cancel and a start with a run id, cut by a restart, are sent again once the server
+    answers (they exited 3); a start without an id is not (a second would be another run),
+    and says it may have been done."""
+    port = free_port()
+    env = env_for(tmp_path)
+    served = spawn_server(env, port=port)
+    try:
+        made = httpx.post(
+            f"{served.url}/api/v1/runs",
+            json={"target": "tests.serve.flows:sleeper", "input": 3600, "id": "c9"},
+            timeout=30,  # the first start imports the flows: seconds on a loaded machine
+        )
+        assert made.status_code == 201, made.text
+        _until(served, "c9", "suspended")
+        stop(served)
+        cutting = _cut_once(port)
+        command = _spawn(served, *args)
+        cutting.join(30)
+        assert not cutting.is_alive(), "the command never sent its request"
+        time.sleep(0.5)  # nobody answers meanwhile
+        served = spawn_server(env, port=port)
+        out, err = command.communicate(timeout=60)
+    finally:
+        stop(served)
+    assert command.returncode == code, (out, err)
+    if code == 0:
+        assert "trying again for up to 300s" in err and "answers again" in err, err
+    else:
+        assert err.startswith("error: cannot reach the wf server at "), err
+        assert "POST /runs may have been done already: it is not sent again" in err, err
+    if args[0] == "run" and code == 0:
+        assert out.strip() == '"hi"', (out, err)

@@ -243,7 +243,7 @@ class HttpAdmin:
         if children:
             params["children"] = "true"
         answer = await self.remote.call(
-            "POST", _path(run_id, "/cancel"), params=params, timeout=None
+            "POST", _path(run_id, "/cancel"), params=params, timeout=None, again=True
         )
         with self.remote.reading("POST /runs/{id}/cancel"):
             runs = answer.get("runs") or [{"run_id": answer["id"], **answer}]
@@ -271,7 +271,9 @@ class HttpAdmin:
         return dataclasses.replace(result, status=record.status.value)
 
     async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
-        answer = await self.remote.call("POST", _path(run_id, "/wake"), params={"wait": "false"})
+        answer = await self.remote.call(
+            "POST", _path(run_id, "/wake"), params={"wait": "false"}, again=True
+        )
         with self.remote.reading("POST /runs/{id}/wake"):
             refused = answer.get("refused")
             result = ControlResult(
@@ -406,9 +408,9 @@ class HttpAdmin:
         if options:
             # Checked by the server, as the local backend checks them (the same words).
             body["options"] = _options_json(options)
-        return self.remote.text(
-            await self.remote.call("POST", "/runs", json=body), "id", "POST /runs"
-        )
+        # With its id a start is safe to send again: the server answers the run it started.
+        answer = await self.remote.call("POST", "/runs", json=body, again=run_id is not None)
+        return self.remote.text(answer, "id", "POST /runs")
 
     async def retry(self, run_id: str) -> str:
         from wf._exceptions import RunAlreadyExists, UsageError
@@ -441,7 +443,7 @@ class HttpAdmin:
         """``ended(hooks_only=True)``: the run's change feed says when it changed; a
         suspension is read whole (what it waits for, its inbox), as the local ``wf run``
         reads it (``wf.admin._words.outside_only``)."""
-        from wf._remote import Outage, detail_record
+        from wf._remote import Outage, detail_record, feed_ended
         from wf.admin._words import outside_only
 
         run = self.remote.run(run_id)
@@ -472,7 +474,7 @@ class HttpAdmin:
                 # The server ended the feed (it stops) before the run ended: opened again
                 # after the pause of a server that stops, as ``watch`` (not at once: a proxy
                 # that ends it at once had it opened hundreds of times a second).
-                await outage.failed(_stopped(self.remote))
+                await outage.failed(feed_ended(self.remote))
             seen = None  # opened again: the run read again
 
     async def _feed(self, run_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -510,31 +512,11 @@ class HttpAdmin:
             raise self.remote.unreachable(exc, self.remote.timeout) from None
 
     async def watch(self, run_id: str) -> AsyncIterator[RunEvent]:
-        from wf._remote import Outage
         from wf.store._ids import validate_run_id
 
-        run = self.remote.run(validate_run_id(run_id))
-        outage = Outage(self.remote)
-        seen = 0  # events told: a watch opened again (after a restart) goes on after them
-        while True:
-            told = 0
-            try:
-                async for event in run.watch():
-                    outage.answered()
-                    told += 1
-                    if told <= seen and not event.is_terminal:
-                        continue
-                    seen = max(seen, told)
-                    yield event
-                    if event.is_terminal:
-                        return
-            except ServerUnavailableError as exc:
-                if not seen:
-                    raise
-                await outage.failed(exc)
-                continue
-            # The server ended the feed (it stops) before the run ended: opened again.
-            await outage.failed(_stopped(self.remote))
+        # ``RemoteRun.watch`` rides out a restart of the server, and a feed ended early.
+        async for event in self.remote.run(validate_run_id(run_id)).watch():
+            yield event
 
     async def changes(self, run_id: str | None = None) -> AsyncIterator[None]:
         """The server's change stream (``GET /api/v1/events``, server-sent events): one yield
@@ -724,13 +706,6 @@ def _fault(data: dict[str, Any]) -> Fault:
         data.get("again") is True,
         shown_as=shown_as if isinstance(shown_as, str) else "",
     )
-
-
-def _stopped(remote: RemoteClient) -> ServerUnavailableError:
-    """The error of a feed the server ended before the run did (it stops)."""
-    error = ServerUnavailableError(f"the wf server at {remote.url} ended the run's feed early")
-    error.unreached = True
-    return error
 
 
 def _text_or_none(value: object) -> str | None:
