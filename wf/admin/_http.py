@@ -471,9 +471,9 @@ class HttpAdmin:
             except ServerUnavailableError as exc:
                 await outage.failed(exc)
             else:
-                # The server ended the feed (it stops) before the run ended: opened again
-                # after the pause of a server that stops, as ``watch`` (not at once: a proxy
-                # that ends it at once had it opened hundreds of times a second).
+                # The server ended the feed (it stops, or a proxy ends it) before the run
+                # ended: opened again after a pause, as ``watch`` (not at once: a proxy that
+                # ends it at once had it opened hundreds of times a second), said once.
                 await outage.failed(feed_ended(self.remote))
             seen = None  # opened again: the run read again
 
