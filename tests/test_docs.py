@@ -239,6 +239,10 @@ def run_block(block: Block, session: Session) -> None:
         _expect(done, block, repr(command), int(block.words.get("exit") or 0) if last else 0)
 
 
+# A page runs its blocks one after another, each bounded by its own timeout (60 s unless the
+# block says): the page as a whole gets more than the suite's 120 s. guide.md runs about 30
+# commands, 20 s on a quiet machine and over 120 s on a loaded one.
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(REPO)) for p in DOCS])
 def test_every_code_block_runs(path: Path, tmp_path: Path, shim: Path) -> None:
     session = Session(tmp_path, shim)
