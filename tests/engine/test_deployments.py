@@ -154,3 +154,32 @@ async def test_a_worker_warns_once_per_workflow_of_its_own_runs_started_by_other
         f"'{leaf.name}', this code's {(await same.record()).code_hash}): deploy new code under "
         "a new deployment id (docs/deploying.md)"
     ]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+async def test_an_upgrade_dry_or_not_lists_a_run_being_driven_as_busy_and_leaves_its_lease(
+    wf_engine: TestEngine, dry_run: bool
+) -> None:
+    """``--dry-run`` says what the upgrade would: a run whose lease a worker of the old
+    deployment holds is busy, not moved, and the worker keeps driving it."""
+    from wf.admin import _deployments as deployments
+
+    wf_engine.deployment = "v1"
+    driven = await wf.start(leaf, "driven", detach=True)
+    idle = await wf.start(leaf, "idle", detach=True)
+    wf_engine.deployment = "v2"
+    store = wf_engine.real_store
+    held = await store.try_acquire(driven.id)  # a worker of v1 drives it right now
+    assert held is not None
+    try:
+        done = await deployments.upgrade(store, "v1", "v2", dry_run=dry_run)
+        assert (done.busy, done.moved, done.kept) == ([driven.id], [idle.id], [])
+        record, _ = await held.read_run(store)
+        await held.save(record)  # the lease is still the worker's: its writes go through
+    finally:
+        await held.release()
+    assert (await driven.record()).deployment == "v1"
+    assert (await idle.record()).deployment == ("v1" if dry_run else "v2")
+    again = await store.try_acquire(idle.id)  # the dry run let go of what it looked at
+    assert again is not None
+    await again.release()

@@ -6,7 +6,8 @@ that replay cleanly are re-pinned to ``TO`` under their lease (a run being drive
 left alone and said so; one driven on since its check is checked again under the lease); the
 others stay pinned to ``FROM``, listed with their divergence, for a worker of ``FROM`` to
 finish. Runs move by family (the unfinished runs under one root): a child never finishes on
-other code than its parent's.
+other code than its parent's. A dry run judges each family exactly so, its leases taken and
+given back (never one a worker holds), and re-pins nothing.
 """
 
 from __future__ import annotations
@@ -91,10 +92,8 @@ async def upgrade(store: Store, source: str, target: str, *, dry_run: bool = Fal
         if stuck is not None:
             done.kept.append(stuck)
             _keep_family(done, family, stuck.run_id, _why(stuck))
-        elif dry_run:
-            done.moved += [report.run_id for report in family]
         else:
-            await _move_family(store, done, family, source, target)
+            await _move_family(store, done, family, source, target, dry_run=dry_run)
     done.moved.sort()
     done.busy.sort()
     done.kept.sort(key=lambda report: report.run_id)
@@ -136,9 +135,18 @@ def _keep_family(done: Upgrade, family: list[ReplayReport], member: str, why: st
 
 
 async def _move_family(
-    store: Store, done: Upgrade, family: list[ReplayReport], source: str, target: str
+    store: Store,
+    done: Upgrade,
+    family: list[ReplayReport],
+    source: str,
+    target: str,
+    *,
+    dry_run: bool,
 ) -> None:
-    """Re-pin every run of ``family`` (each checked: it replays) under its lease, or none.
+    """Re-pin every run of ``family`` (each checked: it replays) under its lease, or none;
+    ``dry_run``: judge the family exactly so, then let go of the leases, re-pinning nothing
+    (a dry run that did not look at the leases would call a run a worker drives right now
+    movable, and the real upgrade would then say it busy).
 
     Every member's lease is taken first, and every member judged under it, before anything
     moves: while the upgrade holds them all no driver goes on with any member, so none can be
@@ -184,6 +192,9 @@ async def _move_family(
                     why = "was started since the check (run the upgrade again)"
                     _keep_family(done, family, child.id, why)
                     return
+        if dry_run:
+            done.moved += [record.id for record in records]
+            return
         moved: list[str] = []
         for record in records:
             record.deployment = target
