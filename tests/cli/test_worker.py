@@ -107,3 +107,25 @@ def test_a_run_whose_journal_refuses_to_open_is_skipped_for_now_and_said_so(
     assert f"skipped run {bad}" in result.stderr and "(tried again later)" in result.stderr
     assert "is tried again every 30 s while a worker runs" in result.stderr
     assert "the worker leaves them alone" not in result.stderr
+
+
+def test_until_idle_leave_timers_exits_while_a_run_sleeps_and_says_what_it_left(
+    project: Project,
+) -> None:
+    """A cron job draining a deployment (docs/deploying.md) ends although a run sleeps for an
+    hour: the sleep stays for a later worker, or for ``wf deployments upgrade``."""
+    asleep = project.cli(
+        "run", "tests.cli.flows:sleeper", "--input", "3600", "--detach"
+    ).stdout.strip()
+    due = project.cli("run", "tests.cli.flows:adder", "--input", "[1, 1]", "--detach")
+    result = project.cli("worker", "--until-idle", "--leave-timers")
+    assert result.exit_code == 0, result.output
+    assert f"{due.stdout.strip()} tests.cli.flows:adder completed" in result.stderr
+    assert (
+        "leaving a timer due at " in result.stderr
+        and f"(run {asleep}) for a later worker" in result.stderr
+    )
+    assert "waiting for a timer" not in result.stderr
+    assert project.gather(asleep)["run"]["status"] == "suspended"
+    alone = project.cli("worker", "--leave-timers")
+    assert alone.exit_code == 2 and "--leave-timers goes with --until-idle" in alone.output

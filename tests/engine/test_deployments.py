@@ -5,6 +5,8 @@ runs and unpinned ones (issue #36)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import wf
@@ -183,3 +185,30 @@ async def test_an_upgrade_dry_or_not_lists_a_run_being_driven_as_busy_and_leaves
     again = await store.try_acquire(idle.id)  # the dry run let go of what it looked at
     assert again is not None
     await again.release()
+
+
+@wf.workflow
+async def napper(text: str) -> str:
+    await wf.sleep(3600)
+    return text
+
+
+async def test_a_drain_that_leaves_timers_ends_while_an_old_run_sleeps(
+    wf_engine: TestEngine,
+) -> None:
+    """``WF_DEPLOYMENT=OLD wf worker --until-idle --leave-timers`` (a cron drain job): it
+    drives what of the old deployment is due now and exits, leaving a run asleep for an hour
+    to a later drive (or to ``wf deployments upgrade``) instead of waiting the hour."""
+    wf_engine.mock_clock.autojump = False
+    wf_engine.deployment = "v1"
+    asleep = await wf.start(napper, "later", detach=True)
+    await asleep.settle(timeout=10)
+    due = await wf.start(leaf, "now", detach=True)
+    wf_engine.mock_clock.autojump = True  # a worker that waited for the timer would jump to it
+    before = wf_engine.mock_clock.now()
+    worker = wf.Worker(wf_engine)
+    worker.leave_timers = True
+    await asyncio.wait_for(worker.run(until_idle=True), 10)
+    assert await due.result(timeout=5) == "now"
+    assert (await asleep.record()).status is RunStatus.SUSPENDED
+    assert wf_engine.mock_clock.now() - before < 3600

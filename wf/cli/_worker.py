@@ -49,6 +49,14 @@ def worker_command(
             help="Exit once nothing is due or running and no timer is pending (tests, cron).",
         ),
     ] = False,
+    leave_timers: Annotated[
+        bool,
+        typer.Option(
+            "--leave-timers",
+            help="With --until-idle: exit once nothing is due now, leaving timers to come "
+            "(sleeps, delayed runs) to a later worker (a cron drain job).",
+        ),
+    ] = False,
     poll: Annotated[
         float | None,
         typer.Option(
@@ -89,6 +97,8 @@ def worker_command(
     from wf._exceptions import UsageError
     from wf._loader import ensure_project_on_path, load_module
 
+    if leave_timers and not until_idle:
+        raise UsageError("--leave-timers goes with --until-idle (a worker without it waits anyway)")
     if poll is not None and not math.isfinite(poll):  # Click's range lets nan and inf through
         raise UsageError(f"--poll must be a number of seconds, not {poll!r}")
     from wf.cli._store import say_local
@@ -111,6 +121,7 @@ def worker_command(
                         concurrency if concurrency is not None else setting("worker.concurrency")
                     ),
                     until_idle=until_idle,
+                    leave_timers=leave_timers,
                     poll=poll if poll is not None else setting("worker.poll"),
                     queues=queue,
                     grace=grace,
@@ -207,11 +218,20 @@ def report_timer(due: float, run_id: str | None) -> None:
     _log(f"waiting for a timer due at {iso_time(due)}{of}", run_id=run_id, due=due)
 
 
+def report_left_timer(due: float, run_id: str | None) -> None:
+    """Log the earliest timer ``--until-idle --leave-timers`` exits without waiting for."""
+    from wf.admin._words import iso_time
+
+    of = f" (run {run_id})" if run_id else ""
+    _log(f"leaving a timer due at {iso_time(due)}{of} for a later worker", run_id=run_id, due=due)
+
+
 async def _work(
     *,
     concurrency: int,
     until_idle: bool,
     poll: float,
+    leave_timers: bool = False,
     queues: list[str] | None,
     grace: float,
     any_deployment: bool = False,
@@ -274,7 +294,8 @@ async def _work(
         )
         worker.on_abandoned = report_abandoned
         if until_idle:
-            worker.on_timer = report_timer
+            worker.on_timer = report_left_timer if leave_timers else report_timer
+            worker.leave_timers = leave_timers
         served = f", queues {', '.join(queues)}" if queues else ""
         if worker.deployments is not None:
             served += f", deployment {engine.deployment}{_overriding()} and unpinned runs"

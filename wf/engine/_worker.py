@@ -169,11 +169,17 @@ class Worker:
         self.on_timer: Callable[[float, str | None], None] | None = None
         """Told (the timer's due time, the run it wakes if known) when ``run(until_idle=True)``
         has nothing to do now but wait for a timer: once per change of the earliest one
-        (``wf worker --until-idle`` says so rather than wait silently)."""
+        (``wf worker --until-idle`` says so rather than wait silently); with ``leave_timers``,
+        of the earliest timer it returns without waiting for."""
         self.on_abandoned: Callable[[str, int, str, float], None] | None = None
         """Told (the run, the step's operation and name, the grace) of each step still running
         when the stop's grace ran out, instead of the worker's own warning: said once, by
         whoever says it (``wf worker`` in its own words and fields)."""
+        self.leave_timers = False
+        """With ``run(until_idle=True)``: return once nothing is due now, rather than wait for
+        a timer to come (a sleep, a delayed run), which stays for a later worker (``wf worker
+        --until-idle --leave-timers``: a cron job draining an old deployment ends although one
+        of its runs sleeps for a day)."""
         self._told_timer: float | None = None
         self.schedules = schedules
         """Fire due cron schedules."""
@@ -565,6 +571,9 @@ class Worker:
         ):
             return False  # what is queued is pinned to other deployments: not ours to wait for
         if next_due > now:
+            if self.leave_timers:
+                await self._tell_timer(next_due)  # the one it leaves
+                return False
             await self._tell_timer(next_due)
             return True
         if await self._anything_startable():
@@ -585,6 +594,8 @@ class Worker:
         if self._held.capped():
             self._due_elsewhere = True
             return True
+        if self.leave_timers:
+            return False  # what comes due later is left for a later worker
         return await engine.store.next_due_at(after=now, queues=self.queues) is not None
 
     async def _tell_timer(self, due: float) -> None:
