@@ -869,3 +869,60 @@ def test_a_runner_module_missing_at_start_is_named_not_an_importlib_frame(
     assert outcome.error == (
         f"{name}/flows.py:1: ModuleNotFoundError: No module named 'nosuchmod_here'"
     )
+
+
+def _printed_kinds() -> set[str]:
+    """Every kind ``wf dev --plain`` can print: the first argument of each ``line`` and
+    ``_finding`` call in ``wf.dev._lines`` (``run-{status}``: each end a run can have), and
+    the kind of an event no branch renders (``line(event.kind)``)."""
+    import ast
+    import inspect
+
+    import wf.dev._events as events
+    import wf.dev._lines as lines
+
+    kinds: set[str] = set()
+    ended = {"completed", "failed", "cancelled"}
+    for node in ast.walk(ast.parse(inspect.getsource(lines))):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("line", "_finding")
+            and node.args
+        ):
+            continue
+        first = node.args[0]
+        if isinstance(first, ast.JoinedStr):
+            prefix = "".join(
+                str(part.value) for part in first.values if isinstance(part, ast.Constant)
+            )
+            kinds |= {prefix + status for status in ended}
+        else:
+            kinds |= {
+                c.value
+                for c in ast.walk(first)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            }
+    source = inspect.getsource(lines)
+    for _name, cls in inspect.getmembers(events, inspect.isclass):
+        if (
+            issubclass(cls, events.DevEvent)
+            and cls not in (events.DevEvent, events.RunEnded)  # run-completed, ...: above
+            and f'"{cls.kind}"' not in source
+        ):
+            kinds.add(cls.kind)  # printed by the fallback, line(event.kind)
+    return kinds
+
+
+def test_every_kind_wf_dev_prints_is_in_the_docs_table_and_only_those() -> None:
+    """docs/dev.md's table of ``--plain`` kinds and the kinds the code prints are the same."""
+    import re
+
+    text = (Path(__file__).parents[2] / "docs" / "dev.md").read_text(encoding="utf-8")
+    table = text.split("| kind | fields |", 1)[1].split("\n\n", 1)[0]
+    documented = {
+        kind
+        for row in table.splitlines()[2:]
+        for kind in re.findall(r"`([a-z-]+)`", row.split("|")[1])
+    }
+    assert _printed_kinds() == documented
