@@ -163,3 +163,45 @@ def test_a_pool_left_busy_is_named_and_left_after_the_grace(project: Project) ->
     assert finished(proc, 20) == 0, err.read_text()
     said = [line for line in err.read_text().splitlines() if "thread(s)" in line]
     assert len(said) == 1 and "'busy-pool_0'" in said[0], err.read_text()
+
+
+def test_a_library_thread_that_ends_with_the_loop_is_not_named_but_one_left_busy_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``wf dev``'s file watcher (watchfiles) waits in an AnyIO worker thread, told to stop
+    as the event loop ends and gone a step later: it was named on every stop as `1 thread(s)
+    started by code in runs still run: 'AnyIO worker thread'`. One that code in a run left
+    busy (an abandoned blocking call) is still named."""
+    import asyncio
+    import threading
+    import time
+
+    import anyio
+    import anyio.to_thread
+
+    import wf.cli
+    from wf.cli import _stopping
+
+    async def watcher_step() -> None:
+        with anyio.move_on_after(0.01):  # the loop stops while the thread ends its step
+            await anyio.to_thread.run_sync(time.sleep, 0.1, abandon_on_cancel=True)
+
+    asyncio.run(watcher_step())
+    monkeypatch.setattr(wf.cli, "owns_interpreter", lambda: True)
+    said: list[str] = []
+    _stopping.leave_despite_threads(0, 5.0, said.append)
+    assert said == []
+
+    release = threading.Event()
+
+    async def abandoned_call() -> None:
+        with anyio.move_on_after(0.01):
+            await anyio.to_thread.run_sync(release.wait, 10, abandon_on_cancel=True)
+
+    asyncio.run(abandoned_call())
+    try:
+        _stopping._end_idle_pools()
+        names = [t.name for t in _stopping.lingering_threads()]
+        assert names == ["AnyIO worker thread"]
+    finally:
+        release.set()

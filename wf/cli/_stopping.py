@@ -134,20 +134,37 @@ def _end_idle_pools() -> None:
     waiting for a busy one: ``concurrent.futures``' own exit hook, which the interpreter runs
     only after the threads it joins, so too late for ``leave_despite_threads``. A busy worker
     runs on (what was queued, then it ends) and is counted, named and left after the grace.
-    No pool takes new work after this: the process is exiting."""
+    No pool takes new work after this: the process is exiting. AnyIO's workers, told to stop
+    as the loop ended, are given the same moment (``_stopped_anyio_workers``)."""
+    ending = _stopped_anyio_workers()
     pools = sys.modules.get("concurrent.futures.thread")
     workers = getattr(pools, "_threads_queues", None)
     lock = getattr(pools, "_global_shutdown_lock", None)
-    if workers is None or lock is None:
-        return
-    with lock:
-        pools._shutdown = True  # type: ignore[union-attr]
-    items = list(workers.items())
-    for _thread, queue in items:
-        queue.put(None)  # a worker that takes it ends (and passes it on to the next)
+    if workers is not None and lock is not None:
+        with lock:
+            pools._shutdown = True  # type: ignore[union-attr]
+        items = list(workers.items())
+        for thread, queue in items:
+            queue.put(None)  # a worker that takes it ends (and passes it on to the next)
+            ending.append(thread)
     deadline = time.monotonic() + _IDLE_POOL_WAIT
-    for thread, _queue in items:
+    for thread in ending:
         thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _stopped_anyio_workers() -> list[threading.Thread]:
+    """AnyIO's worker threads told to stop when the event loop's main task ended (``wf dev``'s
+    file watcher, watchfiles, waits for the file system in one; a library may run blocking
+    calls in them): an idle one ends at once, the watcher's within its step, once the stop it
+    was given is seen. One still busy after the wait runs code it was handed (an abandoned
+    blocking call of a run) and is counted."""
+    if "anyio" not in sys.modules:
+        return []
+    return [
+        t
+        for t in threading.enumerate()
+        if type(t).__module__.startswith("anyio.") and getattr(t, "stopping", False) is True
+    ]
 
 
 def _flush() -> None:
