@@ -173,6 +173,7 @@ def test_a_library_thread_that_ends_with_the_loop_is_not_named_but_one_left_busy
     started by code in runs still run: 'AnyIO worker thread'`. One that code in a run left
     busy (an abandoned blocking call) is still named."""
     import asyncio
+    import concurrent.futures.thread
     import threading
     import time
 
@@ -188,6 +189,9 @@ def test_a_library_thread_that_ends_with_the_loop_is_not_named_but_one_left_busy
 
     asyncio.run(watcher_step())
     monkeypatch.setattr(wf.cli, "owns_interpreter", lambda: True)
+    # Ending the idle pools closes concurrent.futures to new work for the whole process (it is
+    # exiting, in wf): this test's worker process goes on to run other tests, so it is undone.
+    monkeypatch.setattr(concurrent.futures.thread, "_shutdown", False)
     said: list[str] = []
     _stopping.leave_despite_threads(0, 5.0, said.append)
     assert said == []
