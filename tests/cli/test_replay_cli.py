@@ -181,6 +181,29 @@ def test_a_workflow_that_no_longer_loads_is_an_error_and_exit_1(project: Project
     assert summary == "1 run replayed: 0 ok, 0 diverged, 1 error(s)"
 
 
+def test_a_damaged_journal_is_that_runs_error_and_the_others_are_replayed(
+    project: Project,
+) -> None:
+    setup_runs(project)
+    journal = project.store_dir / "runs" / "old" / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    lines[1] = '{"type": "step_completed", "op": 0, garbage'
+    journal.write_text("\n".join(lines) + "\n")
+    code, out, err = check(project)
+    assert code == 1, err
+    assert "ok        done  shopflow:quick  (1 operation(s) replayed)" in out.splitlines()
+    [damaged] = [line for line in out.splitlines() if line.startswith("error     old  ")]
+    assert "journal.jsonl: line 2 is not valid JSON" in damaged
+    assert out.splitlines()[-1] == "2 runs replayed: 1 ok, 0 diverged, 1 error(s)"
+    code, out, err = check(project, "--json")
+    assert code == 1, err
+    data = json.loads(out)
+    assert data["summary"] == {"runs": 2, "ok": 1, "diverged": 0, "error": 1}
+    assert {r["run_id"]: r["status"] for r in data["runs"]} == {"done": "ok", "old": "error"}
+    code, out, err = check(project, "--unfinished")
+    assert (code, out.splitlines()[-1]) == (1, "1 run replayed: 0 ok, 0 diverged, 1 error(s)")
+
+
 def test_inspect_without_replay_imports_nothing(project: Project) -> None:
     setup_runs(project)
     (project.root / "shopflow.py").unlink()  # importing it would fail

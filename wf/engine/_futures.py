@@ -259,7 +259,8 @@ class OpCall(Coroutine[Any, Any, T]):
     Used as a value instead (added to, compared, formatted, iterated, tested for truth, asked
     for an attribute) it raises a ``TypeError`` asking "did you forget `await`?", and one that is
     dropped without ever being awaited warns (``RuntimeWarning``), as a plain coroutine does,
-    unless ``run``'s drive was ended by wf meanwhile (``RunContext.drive_dropped``). The
+    unless ``run``'s drive was ended by wf meanwhile (``RunContext.drive_dropped``) or the run
+    diverged (a ``NondeterminismError`` unwinding the code drops what it held). The
     warning names the line that let the call go (the line itself for a call dropped as a
     statement, the usual slip) or, while coroutine origins are tracked (Python's development
     mode, asyncio's debug mode), the line that made it: looking that up for every call cost a
@@ -389,6 +390,11 @@ class OpCall(Coroutine[Any, Any, T]):
             self._start = None
             if self._run is not None and self._run.drive_dropped():
                 return  # let go of by wf ending the drive, not by the code: a replay awaits it
+            if self._run is not None and self._run.divergence is not None:
+                # Let go of as the run's divergence unwinds the code: in `gather(a(n), a(n))`
+                # the second call diverging as it is made drops the first before `gather`
+                # awaits it. The divergence is the news, not a forgotten `await`.
+                return
             # Made, or let go of, here; nowhere if the interpreter itself lets go of it.
             filename, lineno = self._made_at or user_site(1) or ("<interpreter>", 0)
             warnings.warn_explicit(

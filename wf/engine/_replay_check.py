@@ -10,11 +10,16 @@ real store is only read.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import ctypes
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, cast
 
-from wf._exceptions import NondeterminismError, WFError
+from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, WFError
 from wf.engine._context import ReplayFrontier, RunContext, Suspending
 from wf.engine._driver import _run_workflow, recorded_outcome
 from wf.engine._engine import Engine
@@ -278,13 +283,64 @@ class _ReadOnlyStore(Store):
 
 
 async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> ReplayReport:
-    """Replay one stored run against the code loaded in this process."""
-    record = await store.get_run(run_id)
-    journal = await store.read_journal(run_id)
+    """Replay one stored run against the code loaded in this process.
+
+    A run whose stored record or journal is damaged (``StoreCorrupted``) is reported ``error``
+    with the store's message, not raised: one bad run must not stop the check of the others.
+    The replay runs in a thread of its own (``_ReplayThread``) and has ``timeout`` seconds of
+    its own to settle, whatever other replays do meanwhile.
+    """
+    record: RunRecord | None = None
+    try:
+        record = await store.get_run(run_id)
+        journal = await store.read_journal(run_id)
+    except StoreCorrupted as exc:
+        workflow = record.workflow if record is not None else ""
+        return ReplayReport(run_id, workflow, "error", 0, 0, message=str(exc))
     recorded_ops = len(
         {e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"}
     )
     report = ReplayReport(run_id, record.workflow, "ok", recorded_ops, 0, events=len(journal))
+    home = asyncio.get_running_loop()
+    done: asyncio.Future[ReplayReport] = home.create_future()
+    reads = cast(Store, _ReadsOn(store, home))
+    thread = _ReplayThread(
+        lambda started: _replay(
+            reads, record, journal, dataclasses.replace(report), started, timeout
+        ),
+        home,
+        done,
+    )
+    thread.start()
+    # A little past the replay's own bound, which it keeps itself when its loop is free: only
+    # a thread that is blocked (``time.sleep``) or spinning (a CPU loop) is left behind here.
+    finished, _ = await asyncio.wait({done}, timeout=timeout + _GRACE)
+    if not finished:
+        done.cancel()  # nobody reads what the thread may still come to say
+        thread.abandon()
+        report.status, report.message = "error", _not_settled(timeout)
+        return report
+    return done.result()
+
+
+_GRACE = 0.5
+"""How long past a replay's bound its caller waits for the replay to say so itself."""
+
+
+def _not_settled(timeout: float) -> str:
+    return f"replay did not settle within {timeout} s"
+
+
+async def _replay(
+    store: Store,
+    record: RunRecord,
+    journal: list[Event],
+    report: ReplayReport,
+    started: float,
+    timeout: float,
+) -> ReplayReport:
+    """The replay itself, on the replay thread's own loop; ``started`` is when the thread
+    began (``time.monotonic``): importing the workflow counts against ``timeout`` too."""
     try:
         workflow = resolve_workflow(record.workflow, record.target)
     except WFError as exc:
@@ -292,17 +348,21 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
         return report
     last_ts = max((float(e.get("ts", 0)) for e in journal), default=0.0)
     engine = Engine(_ReadOnlyStore(store), _FarClock(last_ts + _FAR_FUTURE), suspend_after=0.0)
-    ctx = RunContext(engine, record, _NullLease(run_id), journal)
+    ctx = RunContext(engine, record, _NullLease(record.id), journal)
     ctx.checking = True
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + _left(started, timeout)):
             status, fields = await _run_workflow(ctx, workflow)
     except (ReplayFrontier, Suspending, asyncio.CancelledError):
         status, fields = None, {}
     except TimeoutError:
-        report.status, report.message = "error", f"replay did not settle within {timeout} s"
+        report.status, report.message = "error", _not_settled(timeout)
         return report
-    report.ops_replayed = min(ctx.next_op, recorded_ops)
+    if _left(started, timeout) <= 0:
+        # Blocked past its bound, then done: its loop could not time it out meanwhile.
+        report.status, report.message = "error", _not_settled(timeout)
+        return report
+    report.ops_replayed = min(ctx.next_op, report.ops_recorded)
     if ctx.divergence is not None:
         report.status = "diverged"
         report.divergence = ctx.divergence
@@ -318,8 +378,103 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
     return report
 
 
+def _left(started: float, timeout: float) -> float:
+    return started + timeout - time.monotonic()
+
+
+class _Abandoned(BaseException):
+    """Raised into a replay thread left behind past its bound, to end a CPU loop of workflow
+    code (a ``BaseException``: workflow code catching ``Exception`` does not keep it)."""
+
+
+class _ReplayThread(threading.Thread):
+    """One replay on an event loop of its own, in a daemon thread of its own.
+
+    Why a thread per replay: replays sharing one loop share its time, so workflow code that
+    blocks (``time.sleep``) or spins (``while n: pass``, which asyncio cannot cancel) stalls
+    every other replay past its bound, or the whole check for ever. A thread and a loop cost
+    well under a millisecond, next to the milliseconds a replay takes, so thousands of healthy
+    runs stay cheap (a subprocess each would cost an interpreter start and an import of the
+    project); a replay left behind is a daemon thread, which does not keep the process alive,
+    and is sent ``_Abandoned`` to end a CPU loop that would otherwise slow the others down.
+    """
+
+    def __init__(
+        self,
+        work: Callable[[float], Coroutine[Any, Any, ReplayReport]],
+        home: asyncio.AbstractEventLoop,
+        done: asyncio.Future[ReplayReport],
+    ) -> None:
+        super().__init__(name="wf-replay-check", daemon=True)
+        self._work, self._home, self._done = work, home, done
+        self._context = contextvars.copy_context()  # as a task of the caller's would see it
+        self._guard = threading.Lock()
+        self._ended = False
+
+    def run(self) -> None:
+        try:
+            try:
+                started = time.monotonic()
+                outcome: ReplayReport | BaseException = self._context.run(
+                    asyncio.run, self._work(started)
+                )
+            except _Abandoned:
+                return  # left behind: the caller reported this run already
+            except BaseException as exc:  # handed to the caller, which raises it
+                outcome = exc
+            finally:
+                with self._guard:
+                    self._ended = True
+            with contextlib.suppress(RuntimeError):  # the caller's loop is gone: nobody waits
+                self._home.call_soon_threadsafe(_settle, self._done, outcome)
+        except _Abandoned:
+            pass  # left behind: the caller reported this run already
+
+    def abandon(self) -> None:
+        """Give up on this replay: raise ``_Abandoned`` in its thread (a CPU loop in workflow
+        code ends at its next bytecode; a blocking call, when it returns)."""
+        with self._guard:  # never into a thread that ended, whose id another may reuse
+            if self._ended or self.ident is None:
+                return
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.ident), ctypes.py_object(_Abandoned)
+            )
+
+
+def _settle(done: asyncio.Future[ReplayReport], outcome: ReplayReport | BaseException) -> None:
+    if done.done():
+        return
+    if isinstance(outcome, BaseException):
+        done.set_exception(outcome)
+    else:
+        done.set_result(outcome)
+
+
+class _ReadsOn:
+    """The caller's store, read from a replay thread: each call runs on the loop the store
+    belongs to (a connection pool, a lock or an event of the store are bound to it)."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
+        self._store, self._loop = store, loop
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._store, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self._loop.is_closed():  # a replay left behind, reading after the check ended
+                raise StoreError("the replay check has ended")
+            future = asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._loop)
+            return await asyncio.wrap_future(future)
+
+        return call
+
+
 async def check_runs(
-    store: Store, run_ids: Sequence[str] | None = None, *, concurrency: int = 16
+    store: Store,
+    run_ids: Sequence[str] | None = None,
+    *,
+    concurrency: int = 16,
+    timeout: float = 10.0,
 ) -> list[ReplayReport]:
     """Replay-check the given runs, or every run in the store (newest first)."""
     if run_ids is None:
@@ -331,6 +486,6 @@ async def check_runs(
 
     async def one(run_id: str) -> ReplayReport:
         async with gate:
-            return await check_run(store, run_id)
+            return await check_run(store, run_id, timeout=timeout)
 
     return list(await asyncio.gather(*(one(r) for r in run_ids)))

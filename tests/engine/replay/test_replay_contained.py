@@ -1,0 +1,134 @@
+"""One run's replay check never stops or spoils the check of the others: a damaged journal, a
+workflow that blocks its thread or spins on the CPU, are that run's ``error`` alone."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+import warnings
+
+import wf
+from tests.engine.replay.test_replay_check import load
+from wf.engine._replay_check import check_run, check_runs
+from wf.store import Event, RunRecord
+from wf.store.memory import MemoryStore
+
+HEALTHY = ("unchanged-suspended", "unchanged-completed", "patched-old-suspended")
+
+
+class _DamagedJournal(MemoryStore):
+    """A store one of whose journals cannot be read (as a local store's bad JSON line)."""
+
+    def __init__(self, damaged: str) -> None:
+        super().__init__()
+        self.damaged = damaged
+
+    async def read_journal(self, run_id: str, start: int = 0) -> list[Event]:
+        if run_id == self.damaged:
+            raise wf.StoreCorrupted(f"runs/{run_id}/journal.jsonl: line 5 is not valid JSON")
+        return await super().read_journal(run_id, start)
+
+
+async def test_a_damaged_journal_is_that_runs_error_and_the_others_are_checked() -> None:
+    store = _DamagedJournal("wrun_unchanged_completed")
+    for name in HEALTHY:
+        await load(store, name)
+    reports = {r.run_id: r for r in await check_runs(store)}
+    damaged = reports.pop("wrun_unchanged_completed")
+    assert damaged.status == "error"
+    assert damaged.workflow == "replay:unchanged"
+    assert "line 5 is not valid JSON" in damaged.message
+    assert {r.status for r in reports.values()} == {"ok"}
+
+
+def _record(run_id: str, workflow: str) -> tuple[RunRecord, list[Event]]:
+    ts, started = 1800000000.0, {"args": [], "kwargs": {}}
+    record = RunRecord(id=run_id, workflow=workflow, input=started, status=wf.RunStatus.PENDING)
+    return record, [{"type": "run_started", "workflow": workflow, "input": started, "ts": ts}]
+
+
+@wf.workflow(name="replay:blocks-its-thread")
+async def blocks_its_thread() -> None:
+    time.sleep(1.5)  # a blocking call in new workflow code: no other replay may wait for it
+
+
+SPINNING = [True]
+
+
+@wf.workflow(name="replay:spins")
+async def spins() -> None:
+    while SPINNING[0]:  # a CPU loop holding the GIL: asyncio cannot cancel it
+        pass
+
+
+@wf.workflow(name="replay:never-settles")
+async def never_settles() -> None:
+    await asyncio.Event().wait()
+
+
+async def _with_healthy(run_id: str, workflow: str) -> MemoryStore:
+    store = MemoryStore()
+    for name in HEALTHY:
+        await load(store, name)
+    assert await store.create_run(*_record(run_id, workflow))
+    return store
+
+
+async def test_a_replay_blocking_its_thread_does_not_spend_the_others_time() -> None:
+    store = await _with_healthy("wrun_blocks", "replay:blocks-its-thread")
+    reports = {r.run_id: r for r in await check_runs(store, timeout=1.0)}
+    blocked = reports.pop("wrun_blocks")
+    assert (blocked.status, blocked.message) == ("error", "replay did not settle within 1.0 s")
+    assert {r.status for r in reports.values()} == {"ok"}, [r.message for r in reports.values()]
+
+
+async def test_a_replay_spinning_on_the_cpu_is_an_error_within_its_bound() -> None:
+    SPINNING[0] = True
+    store = await _with_healthy("wrun_spins", "replay:spins")
+    try:
+        async with asyncio.timeout(30):  # without a bound of its own the check never ends
+            started = time.monotonic()
+            reports = {r.run_id: r for r in await check_runs(store, timeout=1.0)}
+            elapsed = time.monotonic() - started
+    finally:
+        SPINNING[0] = False  # ends the loop if the check left it running
+    spun = reports.pop("wrun_spins")
+    assert (spun.status, spun.message) == ("error", "replay did not settle within 1.0 s")
+    assert {r.status for r in reports.values()} == {"ok"}, [r.message for r in reports.values()]
+    assert elapsed < 10
+
+
+async def test_a_replay_waiting_for_ever_is_an_error_within_its_bound() -> None:
+    store = MemoryStore()
+    assert await store.create_run(*_record("wrun_waits", "replay:never-settles"))
+    report = await check_run(store, "wrun_waits", timeout=0.5)
+    assert (report.status, report.message) == ("error", "replay did not settle within 0.5 s")
+
+
+@wf.workflow(name="replay:gather-same-step-twice")
+async def gather_same_step_twice() -> list[str]:
+    from tests.engine.replay import flows
+
+    return list(await asyncio.gather(flows.reserve("book"), flows.reserve("book")))
+
+
+async def test_a_divergence_inside_a_gather_warns_of_no_forgotten_await() -> None:
+    """The journal recorded ``reserve`` then ``charge``; the code now gathers ``reserve``
+    twice: the second call diverges as it is made, which drops the first before ``gather``
+    could await it. That is the divergence, not a forgotten ``await``."""
+    record, journal = _record("wrun_gather", "replay:gather-same-step-twice")
+    ts = 1800000000.0
+    for op, name in enumerate(("reserve", "charge")):
+        journal.append({"type": "step_started", "op": op, "name": name, "attempt": 1, "ts": ts})
+    for op, name in enumerate(("reserve", "charge")):
+        journal.append({"type": "step_completed", "op": op, "name": name, "result": "r", "ts": ts})
+    store = MemoryStore()
+    assert await store.create_run(record, journal)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = await check_run(store, record.id)
+        gc.collect()
+    assert report.status == "diverged", report.message
+    assert report.divergence is not None and report.divergence.index == 1
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == []
