@@ -57,14 +57,23 @@ async def replay_runs(
 
     Returns the reports, and how many runs of the selection each other deployment holds that
     ``deployment`` left unchecked (empty without it)."""
+    from wf._exceptions import StoreCorrupted
     from wf.engine._replay_check import check_runs
     from wf.store import RunStatus
     from wf.store._base import Pages
     from wf.store._ids import validate_run_id
 
+    damaged: list[str] = []
     if run_ids:
         ids = list(dict.fromkeys(validate_run_id(r) for r in run_ids))
-        records = [await store.get_run(r) for r in ids]
+        records = []
+        for run_id in ids:
+            try:
+                records.append(await store.get_run(run_id))
+            except StoreCorrupted:
+                # Checked all the same (whatever the filters): its report says the damage,
+                # and the other runs are still replayed.
+                damaged.append(run_id)
     else:
         records = []
         pages = Pages()
@@ -79,4 +88,7 @@ async def replay_runs(
             if record.deployment not in (deployment, None):
                 skipped[record.deployment] = skipped.get(record.deployment, 0) + 1
         records = [r for r in records if r.deployment in (deployment, None)]
-    return await check_runs(store, [r.id for r in records]), dict(sorted(skipped.items()))
+    checked = await check_runs(store, damaged + [r.id for r in records])
+    order = {run_id: i for i, run_id in enumerate(ids)} if run_ids else {}
+    checked.sort(key=lambda report: order.get(report.run_id, 0))
+    return checked, dict(sorted(skipped.items()))

@@ -132,3 +132,30 @@ async def test_a_divergence_inside_a_gather_warns_of_no_forgotten_await() -> Non
     assert report.status == "diverged", report.message
     assert report.divergence is not None and report.divergence.index == 1
     assert [str(w.message) for w in caught if w.category is RuntimeWarning] == []
+
+
+class _DamagedRecord(MemoryStore):
+    """A store one of whose run records cannot be read."""
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        if run_id == "wrun_unchanged_completed":
+            raise wf.StoreCorrupted(f"runs/{run_id}/run.json is not valid JSON")
+        return await super().get_run(run_id)
+
+
+async def test_a_named_run_whose_record_is_damaged_is_that_runs_error() -> None:
+    from wf.admin._replay import replay_runs
+
+    store = _DamagedRecord()
+    for name in HEALTHY:
+        await load(store, name)
+    ids = ["wrun_unchanged_completed", "wrun_unchanged_suspended"]
+    reports, _ = await replay_runs(store, ids, unfinished=True)
+    statuses = {r.run_id: (r.status, r.message) for r in reports}
+    assert statuses == {
+        "wrun_unchanged_completed": (
+            "error",
+            "runs/wrun_unchanged_completed/run.json is not valid JSON",
+        ),
+        "wrun_unchanged_suspended": ("ok", ""),
+    }
