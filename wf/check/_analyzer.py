@@ -17,12 +17,11 @@ from wf.check._declared import Declarations, find_declarations
 from wf.check._hygiene import check_steps, check_workflows
 from wf.check._index import Scope
 from wf.check._model import Finding
-from wf.check._resolve import Project, binding_scope, resolve_expr
+from wf.check._resolve import Project, method_of_instance, resolve_expr
 from wf.check._toplevel import check_top_level_starts
 
 # Methods that run when a class in the checked code is instantiated from workflow code.
 _CONSTRUCTORS = ("__new__", "__init__", "__post_init__")
-_MAX_INSTANCE_DEPTH = 4  # `a = B(); c = a; c.m()` is followed this many names deep
 
 
 def analyze(project: Project) -> tuple[list[Finding], list[Finding]]:
@@ -105,7 +104,7 @@ def _callees(scope: Scope, project: Project) -> list[Scope]:
         if qualname is not None:
             target = project.lookup(qualname, module)
         else:
-            target = _method_of_instance(call.func, scope, project)
+            target = method_of_instance(call.func, scope, project)
         if target is not None and target.kind == "class":
             found.extend(target.defs[m] for m in _CONSTRUCTORS if m in target.defs)
         elif target is not None:
@@ -117,32 +116,3 @@ def _callees(scope: Scope, project: Project) -> list[Scope]:
                 if callback is not None and callback.kind == "function":
                     found.append(callback)
     return found
-
-
-def _method_of_instance(func: ast.expr, scope: Scope, project: Project) -> Scope | None:
-    """``Timer().read`` or ``t.read`` after ``t = Timer()``: the method, if Timer is checked."""
-    if not isinstance(func, ast.Attribute):
-        return None
-    cls = _instance_of(func.value, scope, project, 0)
-    if cls is None:
-        return None
-    return project.lookup(f"{cls.module.name}.{cls.qualname}.{func.attr}", cls.module)
-
-
-def _instance_of(expr: ast.expr, scope: Scope, project: Project, depth: int) -> Scope | None:
-    """The checked class ``expr`` is surely an instance of, if any."""
-    if isinstance(expr, ast.Call):
-        qualname = resolve_expr(expr.func, scope)
-        target = None if qualname is None else project.lookup(qualname, scope.module)
-        return target if target is not None and target.kind == "class" else None
-    if isinstance(expr, ast.Name) and depth < _MAX_INSTANCE_DEPTH:
-        owner = binding_scope(expr.id, scope)
-        values = None if owner is None else owner.bindings.get(expr.id)
-        if owner is None or not values or expr.id in owner.params:
-            return None
-        classes = {
-            _instance_of(v, owner, project, depth + 1) if v is not None else None for v in values
-        }
-        only = classes.pop() if len(classes) == 1 else None
-        return only
-    return None

@@ -1,6 +1,7 @@
 """WF305: a concurrent branch that runs several durable operations one after the other.
 
-``asyncio.gather(helper(0), helper(1))`` (or ``TaskGroup.create_task``, ``asyncio.create_task``,
+``asyncio.gather(helper(0), helper(1))`` (also ``*coros`` of a local list of such calls, and
+``obj.helper()`` after ``obj = Class()``; or ``TaskGroup.create_task``, ``asyncio.create_task``,
 ``asyncio.ensure_future``, ``wf.map``) where ``helper`` is a plain coroutine function of the
 checked code that performs more than one durable operation (or one in a loop): live, the
 branch's later operations take their ids as its earlier ones end, which a replay cannot
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from wf.check._checks import Sink, spell
 from wf.check._declared import Declarations
 from wf.check._index import Scope
-from wf.check._resolve import Project, resolve_expr
+from wf.check._resolve import Project, binding_scope, method_of_instance, resolve_expr
 
 _OPERATIONS = frozenset(
     "wf." + name
@@ -126,7 +127,10 @@ class _Flows:
     def call_target(self, call: ast.Call, scope: Scope) -> Scope | None:
         """The plain function or workflow of the checked code ``call`` runs inline, if any."""
         qualname = resolve_expr(call.func, scope)
-        target = None if qualname is None else self.project.lookup(qualname, scope.module)
+        if qualname is not None:
+            target = self.project.lookup(qualname, scope.module)
+        else:  # `obj.method()` after `obj = Class(...)`, or `Class().method()`
+            target = method_of_instance(call.func, scope, self.project)
         if target is None or target.function is None:
             return None
         return None if self.declarations.kind(target) == "step" else target
@@ -209,7 +213,12 @@ class _Flows:
             return NONE
         if isinstance(expr, ast.Await):
             inner = self.expr(expr.value, scope)
-            durable = inner.starts or inner.waits or _awaits_durably(expr.value)
+            durable = (
+                inner.starts
+                or inner.waits
+                or _awaits_durably(expr.value)
+                or self.gathers_made(expr.value, scope)
+            )
             return inner.then(Flow(waits=True)) if durable else inner
         if isinstance(expr, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
             first = self.expr(expr.generators[0].iter, scope)
@@ -260,6 +269,12 @@ class _Flows:
             return self.expr(value, scope)
         return self.expr(arg, scope)
 
+    def gathers_made(self, value: ast.expr, scope: Scope) -> bool:
+        """``await asyncio.gather(*calls)`` over operations made before (``calls = [...]``)."""
+        if not isinstance(value, ast.Call) or resolve_expr(value.func, scope) not in _GATHERS:
+            return False
+        return any(isinstance(a, ast.Name) or _starred_name(a) is not None for a in value.args)
+
     def is_hook(self, expr: ast.expr, scope: Scope) -> bool:
         """``async for x in hook`` over ``hook = wf.create_hook(...)`` (or the call itself)."""
         values: list[ast.expr | None] = [expr]
@@ -269,6 +284,49 @@ class _Flows:
             isinstance(v, ast.Call) and resolve_expr(v.func, scope) == "wf.create_hook"
             for v in values
         )
+
+
+def _starred_name(arg: ast.expr) -> ast.Name | None:
+    """``xs`` of ``*xs``."""
+    if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name):
+        return arg.value
+    return None
+
+
+def _elements(value: ast.expr | None) -> list[ast.expr]:
+    """The calls a collection expression holds: ``[f(x) for x in xs]``, ``[f(a), g(b)]``,
+    ``list(f(x) for x in xs)``."""
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in ("list", "tuple")
+        and len(value.args) == 1
+        and not value.keywords
+    ):
+        value = value.args[0]
+    if isinstance(value, ast.ListComp | ast.GeneratorExp | ast.SetComp):
+        return [value.elt]
+    if isinstance(value, ast.List | ast.Tuple):
+        return [e for e in value.elts if not isinstance(e, ast.Starred)]
+    return []
+
+
+def _collected(name: ast.Name, scope: Scope) -> list[ast.expr]:
+    """What ``*name`` in a gather holds: the calls collected in the local list it names,
+    by assignment (``coros = [helper(x) for x in xs]``) or by ``coros.append(helper(x))``."""
+    owner = binding_scope(name.id, scope)
+    if owner is None or name.id in owner.params:
+        return []
+    found = [e for value in owner.bindings.get(name.id, []) for e in _elements(value)]
+    for root, node in owner.mutations:
+        if root.id != name.id or not isinstance(node, ast.Call) or not node.args:
+            continue
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        if method in ("append", "insert"):
+            found.append(node.args[-1])
+        elif method == "extend":
+            found.extend(_elements(node.args[0]))
+    return found
 
 
 def _awaits_durably(value: ast.expr) -> bool:
@@ -359,6 +417,8 @@ def _branches(call: ast.Call, scope: Scope) -> list[tuple[str, ast.expr]]:
                     found.append(("`asyncio.gather`", value.elt))
                 elif isinstance(value, ast.List | ast.Tuple):
                     found.extend(("`asyncio.gather`", e) for e in value.elts)
+                elif isinstance(value, ast.Name):
+                    found.extend(("`asyncio.gather`", e) for e in _collected(value, scope))
             else:
                 found.append(("`asyncio.gather`", arg))
         return found

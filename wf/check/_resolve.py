@@ -18,6 +18,7 @@ from wf.check._rules import WF_PUBLIC_NAMES, lookup_call
 
 _BUILTINS = frozenset(dir(builtins))
 _MAX_DEPTH = 12  # aliases and re-exports are followed this far; cycles stop here
+_MAX_INSTANCE_DEPTH = 4  # `a = B(); c = a; c.m()` is followed this many names deep
 
 
 def resolve_name(name: str, scope: Scope, depth: int = 0) -> str | None:
@@ -180,3 +181,32 @@ class Project:
                         if method is not None:
                             return method
         return None
+
+
+def method_of_instance(func: ast.expr, scope: Scope, project: Project) -> Scope | None:
+    """``Timer().read`` or ``t.read`` after ``t = Timer()``: the method, if Timer is checked."""
+    if not isinstance(func, ast.Attribute):
+        return None
+    cls = instance_of(func.value, scope, project, 0)
+    if cls is None:
+        return None
+    return project.lookup(f"{cls.module.name}.{cls.qualname}.{func.attr}", cls.module)
+
+
+def instance_of(expr: ast.expr, scope: Scope, project: Project, depth: int) -> Scope | None:
+    """The checked class ``expr`` is surely an instance of, if any."""
+    if isinstance(expr, ast.Call):
+        qualname = resolve_expr(expr.func, scope)
+        target = None if qualname is None else project.lookup(qualname, scope.module)
+        return target if target is not None and target.kind == "class" else None
+    if isinstance(expr, ast.Name) and depth < _MAX_INSTANCE_DEPTH:
+        owner = binding_scope(expr.id, scope)
+        values = None if owner is None else owner.bindings.get(expr.id)
+        if owner is None or not values or expr.id in owner.params:
+            return None
+        classes = {
+            instance_of(v, owner, project, depth + 1) if v is not None else None for v in values
+        }
+        only = classes.pop() if len(classes) == 1 else None
+        return only
+    return None
