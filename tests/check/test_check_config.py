@@ -211,3 +211,36 @@ def test_explicitly_named_files_are_checked_even_if_excluded(write_tree: WriteTr
     config = load_config(root)
     assert check_paths([root], config).files_checked == 0
     assert check_paths([root / "f.py"], config).files_checked == 1
+
+
+# --- an empty selection ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["", ",", " , "])
+def test_an_empty_select_on_the_command_line_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # Was: every rule off and "All checks passed" (an unset CI variable, `--select "$RULES"`).
+    from wf.check._config import load_settings
+
+    with pytest.raises(CheckUsageError, match="selects no rule") as caught:
+        load_settings(tmp_path, select=value)
+    assert str(caught.value).startswith("--select ")
+    monkeypatch.setenv("WF_CHECK_SELECT", ",")
+    with pytest.raises(CheckUsageError, match=r"WF_CHECK_SELECT .* selects no rule"):
+        load_settings(tmp_path)
+
+
+def test_an_empty_select_in_configuration_is_a_usage_error(write_tree: WriteTree) -> None:
+    root = write_tree({"pyproject.toml": "[tool.wf.check]\nselect = []\n"})
+    with pytest.raises(CheckUsageError, match="select = \\[\\] selects no rule") as caught:
+        load_config(root)
+    assert "pyproject.toml" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_an_empty_select_given_in_code_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(CheckUsageError, match="selects no rule"):
+        check_paths([tmp_path], CheckConfig(select=frozenset()))
+    with pytest.raises(CheckUsageError, match="selects no rule"):
+        check_source(MANY, "flows.py", CheckConfig().with_overrides(select=[]))
+    assert codes(CheckConfig().with_overrides(ignore=[])) == {"WF101", "WF102", "WF205", "WF302"}

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from wf.check._analyzer import analyze
-from wf.check._config import rule_enabled, validate_selectors
+from wf.check._config import rule_enabled, validate_selection, validate_selectors
 from wf.check._files import discover, load, parse
 from wf.check._index import ModuleIndex
 from wf.check._model import CheckConfig, CheckResult, CheckUsageError, Finding
@@ -82,6 +82,7 @@ def _validated(config: CheckConfig | None) -> CheckConfig:
     # a typo such as "WF9" fails loudly instead of silently selecting nothing.
     if config.select is not None:
         validate_selectors(config.select)
+        validate_selection(config.select)
     validate_selectors(config.ignore)
     return config
 

@@ -57,7 +57,11 @@ def load_settings(
     replaces the configured ``exclude``. Raises :class:`CheckUsageError` for a bad value.
     """
     config = load_config(start)
-    select = select if select is not None else os.environ.get("WF_CHECK_SELECT") or None
+    origin = "--select"
+    if select is None and os.environ.get("WF_CHECK_SELECT"):
+        origin, select = "WF_CHECK_SELECT", os.environ["WF_CHECK_SELECT"]
+    if select is not None and not parse_selectors(select):
+        raise CheckUsageError(f"{origin} {select!r} {_EMPTY}")
     ignore = ignore if ignore is not None else os.environ.get("WF_CHECK_IGNORE") or None
     config = config.with_overrides(
         select=parse_selectors(select) if select is not None else None,
@@ -86,12 +90,27 @@ def _parse_section(section: object, origin: Path) -> CheckConfig:
         values[key] = value
     try:
         select = validate_selectors(values["select"]) if "select" in section else None
+        if select is not None and not select:
+            raise CheckUsageError(f"select = [] {_EMPTY}")
         ignore = validate_selectors(values["ignore"])
     except CheckUsageError as exc:
         raise CheckUsageError(f"{where}: {exc}") from None
     return CheckConfig(
         select=select, ignore=ignore, exclude=tuple(values["exclude"]), root=origin.parent
     )
+
+
+_EMPTY = (
+    "selects no rule, which would turn every check off: give codes or prefixes "
+    "(WF1,WF301), or ALL (wf help check)"
+)
+
+
+def validate_selection(select: frozenset[str] | None) -> None:
+    """Refuse an empty ``select``: it turns every rule off, so a typo or an unset variable
+    must not pass for a clean check."""
+    if select is not None and not select:
+        raise CheckUsageError(f"an empty select {_EMPTY}")
 
 
 def parse_selectors(text: str) -> frozenset[str]:
