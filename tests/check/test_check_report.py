@@ -208,7 +208,12 @@ def test_a_directory_that_cannot_be_listed_is_a_read_error(
     assert result.exit_code == 2
     [error] = check_paths([locked]).errors  # was: "All checks passed (0 files)", exit 0
     assert error.path == str(locked)
-    assert format_text(check_paths([locked])).endswith("could not be checked")
+    assert format_text(check_paths([locked])).endswith("1 directory could not be checked")
+    # Was "2 files could not be checked": the directory was counted as a file.
+    (tmp_path / "broken.py").write_text("def (:\n")
+    assert format_text(check_paths([tmp_path])).endswith(
+        "; 1 file and 1 directory could not be checked"
+    )
 
 
 def test_missing_path_is_a_usage_error(tmp_path: Path) -> None:

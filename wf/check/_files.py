@@ -14,7 +14,7 @@ from pathlib import Path
 
 from wf.check._config import excluded
 from wf.check._index import ModuleIndex, index_module
-from wf.check._model import CheckConfig, CheckUsageError, Finding
+from wf.check._model import UNLISTED_DIRECTORY, CheckConfig, CheckUsageError, Finding
 
 # Directories no one means to check; ruff skips the same kind by default.
 _SKIPPED_DIRS = frozenset(
@@ -81,7 +81,7 @@ def _walk(
         # never saw.
         where = os.path.normpath(exc.filename if exc.filename is not None else directory)
         why = exc.strerror or str(exc)
-        errors.append(Finding(where, 1, 1, "read-error", f"cannot read directory: {why}", ""))
+        errors.append(Finding(where, 1, 1, "read-error", f"{UNLISTED_DIRECTORY}: {why}", ""))
 
     for current, dirnames, filenames in os.walk(directory, onerror=unlisted):
         base = Path(current)

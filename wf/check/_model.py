@@ -30,6 +30,10 @@ class Finding:
         return (self.path, self.line, self.col, self.code)
 
 
+UNLISTED_DIRECTORY = "cannot read directory"
+"""How the ``read-error`` of a directory that could not be listed begins (not a file's)."""
+
+
 @dataclass(frozen=True)
 class Rule:
     """Documentation of one rule code: what it flags and the usual fix."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wf.check._model import CheckResult, Finding
+from wf.check._model import UNLISTED_DIRECTORY, CheckResult, Finding
 from wf.check._rules import RULES
 
 JSON_VERSION = 1
@@ -35,7 +35,9 @@ def _location_line(finding: Finding) -> str:
 
 
 def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {word[:-1]}ies" if word.endswith("y") else f"{count} {word}s"
 
 
 def _summary(result: CheckResult) -> str:
@@ -46,7 +48,11 @@ def _summary(result: CheckResult) -> str:
             f"Found {_plural(len(result.findings), 'problem')} in {_plural(files, 'file')}"
         )
     if result.errors:
-        parts.append(f"{_plural(len(result.errors), 'file')} could not be checked")
+        directories = sum(e.message.startswith(UNLISTED_DIRECTORY) for e in result.errors)
+        unreadable = len(result.errors) - directories
+        counts = [_plural(unreadable, "file")] if unreadable else []
+        counts += [_plural(directories, "directory")] if directories else []
+        parts.append(f"{' and '.join(counts)} could not be checked")
     if not parts and not result.files_checked:
         # Not "passed": a directory without Python files (a subdirectory, a typo) checked nothing.
         return "No Python files found: nothing was checked"
