@@ -101,6 +101,7 @@ async def test_the_events_format_writes_json_lines_and_the_run_result() -> None:
             False,
         ),
         ({"call_del": True}, "The result is deleted notes.txt.", True),
+        ({"approved": True}, "The result is deleted notes.txt.", True),  # was: a call id
     ],
 )
 async def test_a_tool_that_needs_approval_waits_on_a_hook(
@@ -131,6 +132,26 @@ async def test_a_payload_that_is_not_a_decision_is_refused_to_the_sender(
     assert await run.status() is wf.RunStatus.SUSPENDED  # still waiting for a real decision
     await wf.resume_hook(hook.token, False)
     assert "denied" in await run.result(timeout=10)
+
+
+@pytest.mark.parametrize("decision", [{"call_typo": True}, {"call_del": True, "call_x": False}, {}])
+async def test_a_decision_per_call_naming_no_pending_call_is_refused_by_the_run(
+    wf_engine: wf.Engine, decision: dict[str, bool]
+) -> None:
+    run = await wf.start(flows.ask, "delete notes.txt")
+    await run.settle(timeout=10)
+    [hook] = await wf_engine.store.list_hooks(run.id)
+    await wf.resume_hook(hook.token, decision)  # stored: the sender cannot know the call ids
+    await run.settle(timeout=10)
+    # Was: the pending call denied ("No decision was given for this call.") and the run ended.
+    assert await run.status() is wf.RunStatus.SUSPENDED
+    [refused] = [
+        e for e in await wf_engine.store.read_journal(run.id) if e["type"] == "hook_payload_refused"
+    ]
+    assert "'call_del'" in refused["error"] and "\n" not in refused["error"]
+    assert all(repr(k) in refused["error"] for k in decision if k != "call_del")
+    await wf.resume_hook(hook.token, {"call_del": True})
+    assert await run.result(timeout=10) == "The result is deleted notes.txt."
 
 
 @pytest.mark.parametrize("workflow", [flows.ask_quietly, flows.ask_in_parallel])

@@ -13,20 +13,23 @@ suspends on the hook, holding no process, until a decision arrives::
     wf hook resume TOKEN --data '{"call_1": true, "call_2": {"approved": false}}'  # per call
 
 A payload that is not a decision is refused to the sender (the hook is typed), and the run keeps
-waiting. A denial's ``message`` is what the model is told. The agent run then continues with the
+waiting; so is a per-call map naming a call id that is not pending (or none): the run refuses it
+as it takes it in (``wf hook resume`` exits 2 naming the pending ids), and waits on. A
+denial's ``message`` is what the model is told. The agent run then continues with the
 approved calls executed — one durable run, however long the wait.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, RootModel
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 from pydantic_ai.capabilities import AbstractCapability, CapabilityOrdering
 from pydantic_ai.external_events import ExternalEventError, wait_for_external_event
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
@@ -40,13 +43,21 @@ logger = logging.getLogger("wf.ai")
 class Decision(BaseModel):
     """Approve or deny; ``message`` tells the model why a call was denied."""
 
+    # Any other key makes the payload a map of call ids (where the run refuses ids not pending).
+    model_config = ConfigDict(extra="forbid")
+
     approved: bool
     message: str | None = None
 
 
-class ApprovalPayload(RootModel[bool | Decision | dict[str, bool | Decision]]):
+class ApprovalPayload(
+    RootModel[
+        Annotated[bool | Decision | dict[str, bool | Decision], Field(union_mode="left_to_right")]
+    ]
+):
     """What ``wf hook resume`` sends to an approval hook: one decision for every pending call
-    (``true``, ``false``, ``{"approved": ..., "message": ...}``), or a decision per tool call id."""
+    (``true``, ``false``, ``{"approved": ..., "message": ...}``), or a decision per tool call id.
+    Read in that order: ``{"approved": true}`` is a decision, never a call named "approved"."""
 
 
 def _denied(decision: bool | Decision) -> ToolDenied | None:
@@ -55,6 +66,22 @@ def _denied(decision: bool | Decision) -> ToolDenied | None:
     if decision.approved:
         return None
     return ToolDenied(decision.message) if decision.message else ToolDenied()
+
+
+def refuse_unknown_calls(requests: DeferredToolRequests, payload: Any) -> None:
+    """Raise ``ValueError`` for a per-call decision that names a call not pending (a typo'd
+    id would otherwise leave the real call undecided, denied) or names none."""
+    value = payload.root if isinstance(payload, ApprovalPayload) else payload
+    if not isinstance(value, dict):
+        return
+    pending = [call.tool_call_id for call in requests.approvals]
+    unknown = [key for key in value if key not in pending]
+    if unknown or not value:
+        named = ", ".join(repr(key) for key in unknown) or "no call"
+        raise ValueError(
+            f"the decision names {named}, not a pending tool call: the pending calls are "
+            f"{', '.join(repr(p) for p in pending)}"
+        )
 
 
 def decide(requests: DeferredToolRequests, payload: Any) -> DeferredToolResults:
@@ -109,7 +136,8 @@ class HookApprovals(AbstractCapability[Any]):
             await self._announce(token, pending)
 
         try:
-            with hook_payload_type(ApprovalPayload):
+            refuse = functools.partial(refuse_unknown_calls, requests)
+            with hook_payload_type(ApprovalPayload, refuse):
                 payload = await wait_for_external_event(
                     self.name, ask=announce, timeout=self.timeout
                 )

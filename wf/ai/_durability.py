@@ -89,6 +89,12 @@ _hook_payload_type: contextvars.ContextVar[Any] = contextvars.ContextVar(
 """The payload type of the hook the next external-event wait creates (approvals set theirs, so
 ``wf hook resume`` refuses a payload that is not a decision instead of the run failing on it)."""
 
+_hook_payload_check: contextvars.ContextVar[Callable[[Any], None] | None] = contextvars.ContextVar(
+    "wf_ai_hook_payload_check", default=None
+)
+"""What the hook the next external-event wait creates refuses beyond its type (``Hook.refuse``):
+the run validates every payload again as it takes it in, so this holds on replay too."""
+
 # Agent runs started so far in each drive of a wf run, for default agent run ids: the same count,
 # in program order, on every replay.
 _agent_runs: weakref.WeakKeyDictionary[WfRunContext, int] = weakref.WeakKeyDictionary()
@@ -135,6 +141,7 @@ class _HookWaiter(ExternalEventWaiter):
         timeout: timedelta | None,
     ) -> JsonValue:
         hook = create_hook(_hook_payload_type.get())
+        hook.refuse = _hook_payload_check.get()
 
         async def ask_once() -> JsonValue:
             return await ask(hook.token)
@@ -325,10 +332,14 @@ def _durable_graph_sleep() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def hook_payload_type(tp: Any) -> Iterator[None]:
-    """Within the block, external-event waits create hooks whose payloads must fit ``tp``."""
+def hook_payload_type(tp: Any, refuse: Callable[[Any], None] | None = None) -> Iterator[None]:
+    """Within the block, external-event waits create hooks whose payloads must fit ``tp``, and
+    pass ``refuse`` (which raises ``ValueError`` for a payload the run refuses: it is journaled
+    as refused, ``wf hook resume`` exits 2, and the wait goes on)."""
     token = _hook_payload_type.set(tp)
+    check = _hook_payload_check.set(refuse)
     try:
         yield
     finally:
+        _hook_payload_check.reset(check)
         _hook_payload_type.reset(token)

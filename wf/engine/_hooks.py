@@ -20,7 +20,7 @@ import functools
 import hashlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -100,6 +100,9 @@ class Hook(Generic[T]):
         self.name = _type_label(payload_type)
         self._registered = False
         self._disposed = False
+        # What the code that made the hook refuses beyond its type (wf.ai's approvals: a
+        # decision naming no pending call): raises ValueError, and the payload is refused.
+        self.refuse: Callable[[Any], None] | None = None
         # Registered before the next step's code runs (``register_pending``); a webhook made
         # from this hook takes its place here, with the schema it records.
         ctx.state(HookState).unregistered[op] = self
@@ -153,7 +156,10 @@ class Hook(Generic[T]):
     def _accept(self, payloads: list[Any], index: int, whole: bool) -> Any:
         """The value ``next()`` gives for payload ``index``; raises to skip it."""
         value = decode(payloads[index])
-        return validate_value(self.payload_type, value, where=f"payload of hook {self.token!r}")
+        valid = validate_value(self.payload_type, value, where=f"payload of hook {self.token!r}")
+        if self.refuse is not None:
+            self.refuse(valid)
+        return valid
 
     def _refuse(self, index: int, exc: Exception) -> None:
         """Record (once, replays find it) and log that payload ``index`` was refused: its
