@@ -446,3 +446,69 @@ async def flow() -> int:
     findings = check_source(source, "flows.py")
     assert [(f.line, f.code) for f in findings] == [(9, "WF404"), (10, "WF404")]
     assert "changes class `Counter` (through `cls`)" in findings[0].message
+
+
+DIAMOND = """\
+import time
+
+import wf
+
+
+class A:
+    def m(self) -> float:
+        return 0.0
+
+
+class B(A):
+    pass
+
+
+class C(A):
+    def m(self) -> float:
+        return time.time()
+
+
+class D(B, C):
+    pass
+
+
+class E(B, C):
+    def m(self) -> float:
+        return 1.0
+
+
+@wf.workflow
+async def w(n: int) -> float:
+    return D().m() + E().m()
+"""
+
+
+def test_an_inherited_method_is_found_in_the_method_resolution_order() -> None:
+    # D's MRO is D, B, C, A: D().m() runs C.m (was: A.m, depth first, which is clean).
+    assert [(f.line, f.code) for f in check_source(DIAMOND, "flows.py")] == [(17, "WF101")]
+
+
+def test_a_method_inherited_down_a_long_chain_is_found(write_tree: WriteTree) -> None:
+    chain = "".join(f"class C{i}(C{i - 1}):\n    pass\n" for i in range(1, 300))
+    source = (
+        "import time\nimport wf\nclass C0:\n    def m(self):\n        return time.time()\n"
+        + chain
+        + "@wf.workflow\nasync def w(n: int) -> None:\n    C299().m()\n"
+    )
+    root = write_tree({"flows.py": source})  # was: found 12 classes deep, not 16
+    result = check_paths([root])
+    assert [(f.line, f.code) for f in result.findings] == [(5, "WF101")]
+    assert result.notes == []
+
+
+def test_a_hierarchy_deeper_than_followed_is_said_in_a_note(write_tree: WriteTree) -> None:
+    chain = "".join(f"class C{i}(C{i - 1}):\n    pass\n" for i in range(1, 1100))
+    source = (
+        "import time\nimport wf\nclass C0:\n    def m(self):\n        return time.time()\n"
+        + chain
+        + "@wf.workflow\nasync def w(n: int) -> None:\n    C1099().m()\n"
+    )
+    result = check_paths([write_tree({"flows.py": source})])
+    [note] = result.notes
+    assert note.line == 6 + 2 * 999 and "`C1000` partly analysed" in note.message
+    assert result.findings == []

@@ -40,7 +40,8 @@ def analyze(project: Project) -> tuple[list[Finding], list[Finding]]:
         with sink.guarded(scope):
             check_workflow_code(scope, sink, context, project, bodies)
     check_branches(scopes, project, declarations, sink)
-    return sink.findings(), sink.notes()
+    notes = sorted([*sink.notes(), *project.notes.values()], key=Finding.sort_key)
+    return sink.findings(), notes
 
 
 def _workflow_code(project: Project, declarations: Declarations, sink: Sink) -> dict[Scope, str]:

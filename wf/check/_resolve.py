@@ -14,10 +14,12 @@ from collections import defaultdict
 from pathlib import PurePath
 
 from wf.check._index import ModuleIndex, Scope
+from wf.check._model import Finding
 from wf.check._rules import WF_PUBLIC_NAMES, lookup_call
 
 _BUILTINS = frozenset(dir(builtins))
 _MAX_DEPTH = 12  # aliases and re-exports are followed this far; cycles stop here
+_MAX_MRO = 1000  # classes in one method resolution order: past this, a note says it stops
 _MAX_INSTANCE_DEPTH = 4  # `a = B(); c = a; c.m()` is followed this many names deep
 
 
@@ -125,6 +127,9 @@ class Project:
 
     def __init__(self, modules: list[ModuleIndex], aliases: dict[str, list[str]]) -> None:
         self.modules = modules
+        self._mros: dict[Scope, list[Scope] | None] = {}
+        # Notes on class hierarchies deeper than the analysis follows, by class.
+        self.notes: dict[Scope, Finding] = {}
         self._primary: dict[str, list[ModuleIndex]] = defaultdict(list)
         self._alias: dict[str, list[ModuleIndex]] = defaultdict(list)
         for module in modules:
@@ -173,14 +178,105 @@ class Project:
         if len(rest) >= 2:
             owner = self._in_module(module, rest[:-1], depth + 1)
             if owner is not None and owner.kind == "class":
-                assert isinstance(owner.node, ast.ClassDef) and owner.parent is not None
-                for base in owner.node.bases:
-                    base_name = resolve_expr(base, owner.parent)
-                    if base_name is not None:
-                        method = self.lookup(f"{base_name}.{rest[-1]}", module, depth + 1)
-                        if method is not None:
-                            return method
+                return self.inherited(owner, rest[-1])
         return None
+
+    def inherited(self, cls: Scope, name: str) -> Scope | None:
+        """The function or class ``name`` that ``cls`` inherits: from the first class of its
+        method resolution order (C3, as Python computes it from the bases the checked code
+        defines) whose body binds ``name``; None when that binding is no ``def`` / ``class``."""
+        for ancestor in (self.mro(cls) or [])[1:]:
+            if name in ancestor.defs:
+                return ancestor.defs[name]
+            if name in ancestor.classes:
+                return ancestor.classes[name]
+            if ancestor.binds(name):
+                return None  # `m = other` in a class body: a value, not followed
+        return None
+
+    def mro(self, cls: Scope) -> list[Scope] | None:
+        """``cls``'s method resolution order among the checked classes (bases outside the
+        checked code are left out); None if Python would refuse it (no consistent order, a
+        cycle) or it is longer than wf check follows (then a note says so)."""
+        if cls in self._mros:
+            return self._mros[cls]
+        # Bases first, without recursion (a chain of classes may be thousands long).
+        stack = [cls]
+        busy: set[Scope] = set()
+        while stack:
+            current = stack[-1]
+            if current in self._mros:
+                stack.pop()
+                continue
+            bases = self._bases(current)
+            todo = [b for b in bases if b not in self._mros]
+            if todo and current not in busy:
+                busy.add(current)
+                stack.extend(b for b in todo if b not in busy)
+                continue
+            stack.pop()
+            if todo:  # a base still being read: a cycle
+                self._mros[current] = None
+                continue
+            found = [self._mros[b] for b in bases]
+            if any(m is None for m in found):
+                self._mros[current] = None
+                continue
+            if len(found) == 1 and found[0] is not None:
+                merged: list[Scope] | None = found[0]  # one base: its order, as C3 gives it
+            else:
+                merged = _c3_merge([list(m) for m in found if m is not None] + [list(bases)])
+            if merged is not None and len(merged) >= _MAX_MRO:
+                self._too_long(current)
+                merged = None
+            self._mros[current] = None if merged is None else [current, *merged]
+        return self._mros[cls]
+
+    def _bases(self, cls: Scope) -> list[Scope]:
+        assert isinstance(cls.node, ast.ClassDef) and cls.parent is not None
+        found = []
+        for base in cls.node.bases:
+            name = resolve_expr(base, cls.parent)
+            target = None if name is None else self.lookup(name, cls.module)
+            if target is not None and target.kind == "class" and target not in found:
+                found.append(target)
+        return found
+
+    def _too_long(self, cls: Scope) -> None:
+        module, node = cls.module, cls.node
+        assert isinstance(node, ast.ClassDef)
+        why = (
+            f"`{cls.qualname}` partly analysed: more than {_MAX_MRO} classes in its method "
+            "resolution order for wf check (Python runs it); the methods it inherits are "
+            "not followed"
+        )
+        col = module.column(node.lineno, node.col_offset)
+        self.notes.setdefault(cls, Finding(module.path, node.lineno, col, "note", why, ""))
+
+
+def _c3_merge(lists: list[list[Scope]]) -> list[Scope] | None:
+    """C3's merge of the bases' orders and the list of bases; None when it has none."""
+    out: list[Scope] = []
+    lists = [seq for seq in lists if seq]
+    starts = [0] * len(lists)
+    # How many lists hold each class past their head: a head held in no tail comes next.
+    tails: dict[Scope, int] = {}
+    for seq in lists:
+        for item in seq[1:]:
+            tails[item] = tails.get(item, 0) + 1
+    while True:
+        live = [i for i, seq in enumerate(lists) if starts[i] < len(seq)]
+        if not live:
+            return out
+        head = next((lists[i][starts[i]] for i in live if not tails.get(lists[i][starts[i]])), None)
+        if head is None:
+            return None
+        out.append(head)
+        for i in live:
+            if lists[i][starts[i]] is head:
+                starts[i] += 1
+                if starts[i] < len(lists[i]):
+                    tails[lists[i][starts[i]]] -= 1
 
 
 def method_of_instance(func: ast.expr, scope: Scope, project: Project) -> Scope | None:
