@@ -205,9 +205,9 @@ class _ReadOnlyStore(Store):
         return await self._store.list_hooks(run_id)
 
     async def read_chunks(
-        self, run_id: str, stream: str, start: int = 0
+        self, run_id: str, stream: str, start: int = 0, *, max_bytes: int | None = None
     ) -> tuple[list[bytes], bool]:
-        return await self._store.read_chunks(run_id, stream, start)
+        return await self._store.read_chunks(run_id, stream, start, max_bytes=max_bytes)
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         return await self._store.list_streams(run_id)

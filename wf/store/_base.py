@@ -336,12 +336,31 @@ class HookRecord:
             raise ValueError(f"its op or time is missing or not a number ({error!r})") from None
 
 
+def batch(chunks: Sequence[bytes], max_bytes: int | None) -> list[bytes]:
+    """The first of ``chunks``, then the next while their bytes stay within ``max_bytes``
+    (all of them without it): a batch as ``Store.read_chunks`` returns one."""
+    if max_bytes is None:
+        return list(chunks)
+    size, fit = 0, 0
+    for chunk in chunks:
+        size += len(chunk)
+        if fit and size > max_bytes:
+            break
+        fit += 1
+    return list(chunks[:fit])
+
+
 DELIVERY_KEPT = 24 * 3600.0
 """How long after a delivery with an idempotency key a retry still gets the first reply once
 the webhook's hook is released (its run ended), and a keyed ``wf.resume_hook`` is remembered
 (its repeat delivers nothing new): seconds. The store keeps such deliveries
 (``Store.save_delivery``), so any server process answers it, also after a restart; ``wf gc``
 and a running ``wf serve`` prune them after."""
+
+STREAM_BATCH_BYTES = 1 << 20
+"""The bytes ``Store.stream_chunks`` reads at a time (``read_chunks``' ``max_bytes``): a reader
+of a stream of many MB (``wf stream``, ``GET /runs/{id}/streams/...``) holds one batch, not
+the stream, and each read is short."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1293,9 +1312,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def read_chunks(
-        self, run_id: str, stream: str, start: int = 0
+        self, run_id: str, stream: str, start: int = 0, *, max_bytes: int | None = None
     ) -> tuple[list[bytes], bool]:
-        """Chunks from index ``start`` on (``start`` >= 0), and whether the stream is closed."""
+        """Chunks from index ``start`` on (``start`` >= 0), and whether the stream is closed.
+
+        With ``max_bytes``, a batch of them, so that a reader of a big stream holds a batch
+        at a time, not the stream: the first chunk from ``start`` (alone when it is bigger
+        than ``max_bytes``), then the next ones while the batch's bytes stay within
+        ``max_bytes``. A store may end a batch sooner (after some number of chunks), never
+        empty while there is a chunk at ``start``; the caller reads on from ``start +
+        len(chunks)``. ``closed`` is the stream's, whatever the batch holds."""
 
     @abc.abstractmethod
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
@@ -1463,7 +1489,7 @@ class Store(abc.ABC):
         ended with the stream still open, or never opened (a typo in a name, a stream a crash
         left unclosed), ends the stream too, instead of waiting forever: chunks are durable
         before the run's outcome is recorded, so one more read after seeing the run finished
-        gets them all.
+        gets them all. Chunks are read in batches of about ``STREAM_BATCH_BYTES``.
         """
         if start < 0:
             count = (await self.stream_info(run_id, stream))[0]
@@ -1471,7 +1497,9 @@ class Store(abc.ABC):
         index = start
         run_over = False
         while True:
-            chunks, closed = await self.read_chunks(run_id, stream, index)
+            chunks, closed = await self.read_chunks(
+                run_id, stream, index, max_bytes=STREAM_BATCH_BYTES
+            )
             for chunk in chunks:
                 yield chunk
             index += len(chunks)

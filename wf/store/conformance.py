@@ -1445,6 +1445,35 @@ class StoreConformance:
         assert await peer.read_chunks(run.id, "missing") == ([], False)
         await lease.release()
 
+    async def test_read_chunks_in_batches_of_max_bytes(self, store: Store, peer: Store) -> None:
+        # A reader of a big stream holds a batch at a time: each a prefix of what is left,
+        # never empty while chunks remain, within max_bytes unless one chunk alone exceeds it.
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        chunks = [b"aaa", b"bbb", b"", b"ccc", b"d" * 10, b"e", b"f" * 7]
+        for index, chunk in enumerate(chunks):
+            await lease.write_chunk("out", index, chunk)
+        await lease.close_stream("out", len(chunks))
+        await lease.release()
+        for budget in (1, 6, 9, 10, 10**6):
+            got: list[bytes] = []
+            while len(got) < len(chunks):
+                batch, closed = await peer.read_chunks(run.id, "out", len(got), max_bytes=budget)
+                assert batch == chunks[len(got) : len(got) + len(batch)]
+                assert batch, f"an empty batch at {len(got)} of {len(chunks)} (budget {budget})"
+                assert len(batch) == 1 or sum(map(len, batch)) <= budget
+                assert closed is True
+                got += batch
+            assert await peer.read_chunks(run.id, "out", len(chunks), max_bytes=budget) == (
+                [],
+                True,
+            )
+        # A budget as big as the stream may still end a batch sooner, but the first ones fit.
+        first, _ = await peer.read_chunks(run.id, "out", 0, max_bytes=6)
+        assert first[:1] == [b"aaa"]
+        assert await peer.read_chunks(run.id, "missing", 0, max_bytes=6) == ([], False)
+
     async def test_write_chunk_is_idempotent_by_index(self, store: Store) -> None:
         run = record()
         await store.create_run(run)

@@ -40,6 +40,7 @@ from wf.store._base import (
     StoreStats,
     Tombstone,
     WebhookDelivery,
+    batch,
     lane_of,
     pin_allowed,
     stamp_seq,
@@ -441,12 +442,12 @@ class MemoryStore(Store):
     # -- streams --------------------------------------------------------------------------
 
     async def read_chunks(
-        self, run_id: str, stream: str, start: int = 0
+        self, run_id: str, stream: str, start: int = 0, *, max_bytes: int | None = None
     ) -> tuple[list[bytes], bool]:
         found = self._run(run_id).streams.get(stream)
         if found is None:
             return [], False
-        return found.chunks[start:], found.closed
+        return batch(found.chunks[start:], max_bytes), found.closed
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         streams = self._run(run_id).streams

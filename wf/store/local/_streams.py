@@ -17,6 +17,7 @@ which the next writer cuts off. Readers trust an index entry only if the data re
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 
@@ -99,8 +100,30 @@ class StreamWriter:
         _fsops.close(self.idx_fd)
 
 
-def read(run_dir: str, stream: str, start: int) -> tuple[list[bytes], bool]:
-    """Chunks from index ``start`` on, and whether the stream is closed."""
+MOST_CHUNKS = 4096
+"""The chunks a bounded read returns at most (its index read is 32 KB then)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """Where a read's chunks are: the data file's bytes ``begin`` to ``ends[-1]``, cut at
+    ``ends``; and whether the stream was closed (read before the index: see ``locate``)."""
+
+    data_path: str
+    begin: int
+    ends: list[int]
+    closed: bool
+
+    @property
+    def size(self) -> int:
+        """The bytes to read (at most: see ``load``)."""
+        return self.ends[-1] - self.begin if self.ends else 0
+
+
+def locate(run_dir: str, stream: str, start: int, max_bytes: int | None = None) -> Span:
+    """Where the chunks from index ``start`` on are, a batch of them with ``max_bytes`` (the
+    first, then the next while within ``max_bytes``, at most ``MOST_CHUNKS``): their index
+    alone is read, so this is cheap whatever they hold."""
     _, data_path, idx_path, closed_path = _paths(run_dir, stream)
     # Closed is read first: once it is seen, every chunk was durable before it, so the index
     # read next holds them all.
@@ -108,31 +131,57 @@ def read(run_dir: str, stream: str, start: int) -> tuple[list[bytes], bool]:
     try:
         idx_fd = _fsops.open_fd(idx_path, os.O_RDONLY, allow=(errno.ENOENT,))
     except FileNotFoundError:
-        return [], closed
+        return Span(data_path, 0, [], closed)
     try:
-        data_fd = _fsops.open_fd(data_path, os.O_RDONLY)
-        try:
-            first = max(0, start - 1)
-            idx_size = os.fstat(idx_fd).st_size
-            offset = first * _ENTRY
-            if offset >= idx_size:
-                return [], closed
-            ends = _ends(_fsops.pread(idx_fd, idx_size - offset, offset, idx_path))
-            begin = 0 if start == 0 else (ends.pop(0) if ends else 0)
-            data_size = os.fstat(data_fd).st_size
-            ends = [end for end in ends if end <= data_size]
-            if not ends:
-                return [], closed
-            blob = _fsops.pread(data_fd, ends[-1] - begin, begin, data_path)
-        finally:
-            _fsops.close(data_fd)
+        first = max(0, start - 1)
+        idx_size = os.fstat(idx_fd).st_size
+        offset = first * _ENTRY
+        if offset >= idx_size:
+            return Span(data_path, 0, [], closed)
+        length = idx_size - offset
+        if max_bytes is not None:  # the entry before ``start`` (its begin) and the batch's
+            length = min(length, (MOST_CHUNKS + 1) * _ENTRY)
+        ends = _ends(_fsops.pread(idx_fd, length, offset, idx_path))
     finally:
         _fsops.close(idx_fd)
-    chunks, base = [], begin
+    begin = 0 if start == 0 else (ends.pop(0) if ends else 0)
+    if max_bytes is not None:
+        ends = ends[:MOST_CHUNKS]
+        fit = 1
+        while fit < len(ends) and ends[fit] - begin <= max_bytes:
+            fit += 1
+        ends = ends[:fit]
+    return Span(data_path, begin, ends, closed)
+
+
+def load(span: Span) -> list[bytes]:
+    """The chunks ``span`` locates, but those whose data did not reach the disk (the data
+    file only grows under the others: a writer's repair cuts only what no entry reached)."""
+    if not span.ends:
+        return []
+    data_fd = _fsops.open_fd(span.data_path, os.O_RDONLY)
+    try:
+        data_size = os.fstat(data_fd).st_size
+        ends = [end for end in span.ends if end <= data_size]
+        if not ends:
+            return []
+        blob = _fsops.pread(data_fd, ends[-1] - span.begin, span.begin, span.data_path)
+    finally:
+        _fsops.close(data_fd)
+    if len(ends) == 1:
+        return [blob]  # no copy: a big chunk is read alone
+    chunks, begin = [], span.begin
+    view = memoryview(blob)
     for end in ends:
-        chunks.append(blob[begin - base : end - base])
+        chunks.append(bytes(view[begin - span.begin : end - span.begin]))
         begin = end
-    return chunks, closed
+    return chunks
+
+
+def read(run_dir: str, stream: str, start: int) -> tuple[list[bytes], bool]:
+    """Chunks from index ``start`` on, and whether the stream is closed."""
+    span = locate(run_dir, stream, start)
+    return load(span), span.closed
 
 
 def list_streams(run_dir: str, faults: Faults, run_id: str) -> dict[str, tuple[int, bool]]:

@@ -419,6 +419,25 @@ SELECT (SELECT array_agg(data ORDER BY idx) FROM wf_stream_chunks
 FROM wf_runs r WHERE r.id = %(run)s
 """
 
+# A batch (``max_bytes``): the sizes of the next ``most`` chunks are read (``octet_length``
+# of a bytea is its stored length, not a read of its bytes), and only those within the
+# budget (the first always) are sent.
+_CHUNK_BATCH = """
+SELECT (SELECT array_agg(data ORDER BY idx)
+        FROM (SELECT idx, data,
+                     sum(octet_length(data)) OVER (ORDER BY idx) AS through,
+                     row_number() OVER (ORDER BY idx) AS n
+              FROM (SELECT idx, data FROM wf_stream_chunks
+                    WHERE run_id = r.id AND name = %(name)s AND idx >= %(start)s
+                    ORDER BY idx LIMIT %(most)s) next) sized
+        WHERE n = 1 OR through <= %(budget)s),
+       EXISTS (SELECT FROM wf_stream_ends WHERE run_id = r.id AND name = %(name)s)
+FROM wf_runs r WHERE r.id = %(run)s
+"""
+
+_MOST_CHUNKS = 4096
+"""The chunks a batch holds at most."""
+
 _LOGS = """
 SELECT l.entries, l.first, l.checked,
        EXISTS (SELECT FROM wf_logs WHERE run_id = r.id AND checked IS NULL)
@@ -1588,10 +1607,14 @@ class PostgresStore(Store):
     # -- streams --------------------------------------------------------------------------
 
     async def read_chunks(
-        self, run_id: str, stream: str, start: int = 0
+        self, run_id: str, stream: str, start: int = 0, *, max_bytes: int | None = None
     ) -> tuple[list[bytes], bool]:
         params = {"run": run_id, "name": stream, "start": max(0, start)}
-        row = await self._fetchone("read a stream", _CHUNKS, params, run=run_id)
+        query = _CHUNKS
+        if max_bytes is not None:
+            params |= {"budget": max_bytes, "most": _MOST_CHUNKS}
+            query = _CHUNK_BATCH
+        row = await self._fetchone("read a stream", query, params, run=run_id)
         if row is None:
             raise RunNotFound(run_id)
         chunks, closed = row

@@ -719,6 +719,43 @@ redis.call('PUBLISH', P .. 'cr', id)
 return 0
 """
 
+CHUNK_BATCH = (
+    _PRELUDE
+    + """
+-- ARGV: P, id, stream, start, budget, most. Returns false (no such run) or {closed, chunk, ...}:
+-- the chunks from ``start`` while within ``budget`` bytes (the first always), at most
+-- ``most``. Fetched a few at a time, more as they prove small, so that a batch of big chunks
+-- is not first taken whole into the script's memory (a list gives no element's size).
+local P, id, name = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('EXISTS', P .. 'r:' .. id) == 0 then return false end
+local key = P .. 'sc:' .. id .. ':' .. name
+local function checked(found, where)
+  if type(found) == 'table' and found.err then
+    if of_value(found.err) then damage(where, found.err) end
+    error(found, 0)
+  end
+  return found
+end
+local closed = checked(redis.pcall('HGET', P .. 'sn:' .. id, name), P .. 'sn:' .. id)
+local i, budget, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local out, size, biggest, step = {closed == '1' and 1 or 0}, 0, 0, 1
+while #out - 1 < most do
+  local want = math.min(step, most - (#out - 1))
+  if biggest > 0 then want = math.max(1, math.min(want, math.floor((budget - size) / biggest))) end
+  local got = checked(redis.pcall('LRANGE', key, i, i + want - 1), key)
+  for _, chunk in ipairs(got) do
+    if #out > 1 and size + #chunk > budget then return out end
+    out[#out + 1] = chunk
+    size = size + #chunk
+    biggest = math.max(biggest, #chunk)
+  end
+  if #got < want then break end
+  i, step = i + want, step * 2
+end
+return out
+"""
+)
+
 STREAMS = """
 -- ARGV: P, id. Returns false (no such run) or {fault, name, count, closed, ...}. ``fault`` is
 -- '' or what the server said of the run's hash of stream names, of another type (a stray

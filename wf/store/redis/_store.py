@@ -1064,9 +1064,16 @@ class RedisStore(Store):
     # -- streams and logs -------------------------------------------------------------------
 
     async def read_chunks(
-        self, run_id: str, stream: str, start: int = 0
+        self, run_id: str, stream: str, start: int = 0, *, max_bytes: int | None = None
     ) -> tuple[list[bytes], bool]:
         self._signals.reading_run(run_id)
+        if max_bytes is not None:
+            found = await self._eval(
+                _scripts.CHUNK_BATCH, run_id, stream, max(0, start), max_bytes, _MOST_CHUNKS
+            )
+            if found is None:
+                raise RunNotFound(run_id)
+            return [bytes(c) for c in found[1:]], found[0] == 1
         chunks_key, names_key = self._key("sc:", run_id, ":", stream), self._key("sn:", run_id)
         exists, chunks, closed = await self._pipe(
             ("exists", self._key("r:", run_id)),
@@ -1372,6 +1379,10 @@ async def detached(coro: Coroutine[Any, Any, T]) -> T:
         raise asyncio.CancelledError
     return result
 
+
+_MOST_CHUNKS = 1024
+"""The chunks a batch (``read_chunks``' ``max_bytes``) holds at most: the script that reads it
+holds the server meanwhile."""
 
 _DAMAGE_ERRORS = ("WRONGTYPE", "not an integer", "not a valid float")
 """What Redis says of a value of the wrong type or form (a key a stray write replaced, a
