@@ -142,6 +142,23 @@ async def tailing(order: str) -> int:
     return await tail(order)
 
 
+@wf.step
+async def write_big(count: int, size: int) -> int:
+    """``count`` chunks of ``size`` bytes: lines of the chunk's letter, ending ``<end of N>``."""
+    async with wf.stream_writer() as out:
+        for index in range(count):
+            tail = f"<end of {index}>\n".encode()
+            line = bytes([65 + index]) * 99 + b"\n"
+            body = line * ((size - len(tail)) // len(line))
+            await out.write(body + b"." * (size - len(tail) - len(body)) + tail)
+    return count
+
+
+@wf.workflow(name="streams.big")
+async def big_stream(count: int, size: int) -> int:
+    return await write_big(count, size)
+
+
 async def settle(engine: Engine, run_id: str) -> None:
     """Until the run's driver stops (it ended or suspended)."""
     task = engine.drivers.get(run_id)

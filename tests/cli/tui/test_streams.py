@@ -5,11 +5,11 @@ from __future__ import annotations
 from textual.widgets import OptionList, RichLog
 
 from tests.cli.tui.conftest import SIZE, until
-from tests.cli.tui.flows import cut_tailing, fixed_id, gate, tailing
+from tests.cli.tui.flows import big_stream, cut_tailing, fixed_id, gate, tailing
 from wf import Engine
 from wf.cli.tui._app import InspectApp
 from wf.cli.tui._run import RunScreen
-from wf.cli.tui._streams import StreamViewer, hex_lines, text_lines
+from wf.cli.tui._streams import TAIL_BYTES, StreamViewer, hex_lines, text_lines
 
 
 def log_text(app: InspectApp) -> str:
@@ -89,3 +89,44 @@ async def test_number_keys_switch_tabs_from_the_streams_tab(
         for key, tab in (("6", "streams"), ("7", "logs"), ("6", "streams"), ("2", "events")):
             await pilot.press(key)
             await until(pilot, lambda tab=tab: tabs.active == tab)
+
+
+async def test_a_run_screen_opens_without_reading_its_streams(engine: Engine) -> None:
+    # A run of 20 chunks of 20 MB took 258 s to open, on its Steps tab: every chunk was read
+    # and drawn as the screen opened. A stream is read once its tab is shown.
+    run = await engine.start(big_stream, (3, 300_000), {}, run_id=fixed_id(1_800_000_000.0, 3))
+    assert await run.result() == 3
+    app = InspectApp(engine, run_id=run.id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.pause()
+        viewer = app.screen.query_one(StreamViewer)
+        assert viewer.shown is None
+        assert log_text(app) == ""
+        await pilot.press("6")
+        await until(pilot, lambda: viewer.shown is not None and viewer.shown[2])
+        assert "<end of 2>" in log_text(app)
+
+
+async def test_a_big_stream_shows_its_tail_and_says_what_was_left_out(engine: Engine) -> None:
+    # Drawing a 2 MB chunk took Textual 0.8 s: the viewer keeps and draws the last
+    # TAIL_BYTES, and says how to get it all.
+    run = await engine.start(big_stream, (4, 200_000), {}, run_id=fixed_id(1_800_000_000.0, 4))
+    assert await run.result() == 4
+    app = InspectApp(engine, run_id=run.id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("6")
+        viewer = app.screen.query_one(StreamViewer)
+        await until(pilot, lambda: viewer.shown is not None and viewer.shown[2])
+        assert viewer.shown is not None
+        kept = viewer.shown[1]
+        assert sum(map(len, kept)) == TAIL_BYTES
+        assert kept[-1].endswith(b"<end of 3>\n")
+        text = log_text(app)
+        assert "<end of 3>" in text and "<end of 2>" in text
+        assert "<end of 1>" not in text
+        assert "… chunks 0–1 not shown" in text
+        assert f"wf stream {run.id} writes it all" in status_line(app)
+        assert "chunks 2–3" in status_line(app)
+        assert len(text) < 2 * TAIL_BYTES

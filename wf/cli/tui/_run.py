@@ -304,6 +304,8 @@ class RunScreen(Screen[None]):
         # Never leave the focus in the pane just hidden: focusing a widget of a hidden pane
         # shows that pane again (the Streams tab took key 7 back that way).
         pane = event.pane
+        if pane.id == "streams":
+            self.query_one("#stream-viewer", StreamViewer).activate()
         for widget in pane.query("DataTable, ValuesTree, OptionList, Log"):
             widget.focus()
             return

@@ -1,13 +1,17 @@
 """The byte-stream viewer: a run's streams, each chunk with its index, as text or hex, live.
 
 Chunks are read with ``Admin.follow_stream``, which follows a stream until it is closed, waiting
-on the store's change notifications (or the server) in between (no polling loop here). Only the last
-``MAX_CHUNKS`` chunks are kept, so following a chatty stream for hours stays cheap.
+on the store's change notifications (or the server) in between (no polling loop here). A stream
+is read once its tab is first shown (a run screen opens as fast whatever its streams hold), and
+only its tail is kept and drawn: the last ``TAIL_BYTES`` of its last ``MAX_CHUNKS`` chunks (a
+chunk bigger than that, its end), so a stream of many MB, or followed for hours, stays cheap; the
+status line says what was left out, and that ``wf stream`` writes it all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from shlex import quote
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -25,6 +29,10 @@ if TYPE_CHECKING:
     from wf.admin import Admin
 
 MAX_CHUNKS = 2000
+TAIL_BYTES = 256 * 1024
+"""The bytes of a stream kept and drawn at most: drawing a 2 MB chunk took Textual 0.8 s."""
+MAX_LINES = 40_000
+"""The lines drawn at most (a tail in hex is 16,384 lines; new chunks add to it)."""
 GUTTER = 8
 
 
@@ -43,14 +51,15 @@ def text_lines(index: int, chunk: bytes) -> list[Text]:
     return out
 
 
-def hex_lines(index: int, chunk: bytes) -> list[Text]:
-    """A chunk as a hex dump, 16 bytes a line: ``#3 0000  6c 69 6e 65 …  line…``."""
+def hex_lines(index: int, chunk: bytes, start: int = 0) -> list[Text]:
+    """A chunk as a hex dump, 16 bytes a line: ``#3 0000  6c 69 6e 65 …  line…`` (``start``:
+    the offset of ``chunk`` in the chunk it is the end of)."""
     out = []
     for offset in range(0, max(len(chunk), 1), 16):
         part = chunk[offset : offset + 16]
         gutter = f"#{index}" if offset == 0 else ""
         row = Text(gutter.rjust(GUTTER - 2) + " │ ", style="dim")
-        row.append(f"{offset:04x}  ", style="cyan")
+        row.append(f"{start + offset:04x}  ", style="cyan")
         row.append(" ".join(f"{b:02x}" for b in part).ljust(16 * 3))
         row.append(" " + "".join(chr(b) if 32 <= b < 127 else "." for b in part), style="green")
         out.append(row)
@@ -61,10 +70,40 @@ def hex_lines(index: int, chunk: bytes) -> list[Text]:
 class _Shown:
     name: str
     first: int = 0
+    """The index of the first chunk kept."""
     chunks: list[bytes] = dataclasses.field(default_factory=list)
+    """The chunks kept, from ``first``: the first of them may be a chunk's end (``cut``)."""
+    size: int = 0
+    """Their bytes."""
+    cut: int = 0
+    """The bytes of chunk ``first`` left out (its start)."""
+    caught_up: bool = False
+    """The chunks the stream had when opened were read (and drawn): new ones are drawn as
+    they come."""
     closed: bool = False
     incomplete: str | None = None
     """The step that was cut off writing it, if it ended so (``wf.StreamIncomplete``)."""
+
+    def keep(self, chunk: bytes) -> None:
+        """Keep the next chunk, and of those before as much as ``TAIL_BYTES`` leaves room for."""
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        while len(self.chunks) > 1 and (
+            self.size - len(self.chunks[0]) >= TAIL_BYTES or len(self.chunks) > MAX_CHUNKS
+        ):
+            self.size -= len(self.chunks.pop(0))
+            self.first += 1
+            self.cut = 0
+        if self.size > TAIL_BYTES:  # the first kept is needed in part: its end
+            head = self.size - TAIL_BYTES
+            self.chunks[0] = self.chunks[0][head:]
+            self.size -= head
+            self.cut += head
+
+    @property
+    def left_out(self) -> bool:
+        """Some of the stream before what is kept is not shown."""
+        return self.first > 0 or self.cut > 0
 
 
 class StreamViewer(Vertical):
@@ -90,15 +129,19 @@ class StreamViewer(Vertical):
         self._run_id = run_id
         self._streams: dict[str, dict[str, Any]] = {}
         self._shown: _Shown | None = None
+        self._active = False
 
     def compose(self) -> ComposeResult:
         yield Static("no stream chosen", id="stream-status")
         with Horizontal():
             yield OptionList(id="stream-names")
-            yield RichLog(id="stream-log", wrap=False, markup=False, auto_scroll=True)
+            yield RichLog(
+                id="stream-log", wrap=False, markup=False, auto_scroll=True, max_lines=MAX_LINES
+            )
 
     def set_streams(self, streams: dict[str, dict[str, Any]]) -> None:
-        """Update the list of streams (name -> ``{"chunks", "closed"}``); open the first one."""
+        """Update the list of streams (name -> ``{"chunks", "closed"}``); once shown
+        (``activate``), open the first one."""
         names = self.query_one("#stream-names", OptionList)
         if list(streams) != list(self._streams):
             highlighted = names.highlighted
@@ -108,16 +151,26 @@ class StreamViewer(Vertical):
             if streams:
                 names.highlighted = highlighted if highlighted is not None else 0
         self._streams = streams
-        if self._shown is None and streams:
-            self.open(next(iter(streams)))
+        self._open_first()
         self._update_status()
 
+    def activate(self) -> None:
+        """The viewer is shown (its tab chosen): read the first stream, if none is open. Not
+        before: a run's streams may hold many MB, which a screen opened on its steps never
+        needs."""
+        self._active = True
+        self._open_first()
+
+    def _open_first(self) -> None:
+        if self._active and self._shown is None and self._streams:
+            self.open(next(iter(self._streams)))
+
     def open(self, name: str) -> None:
-        """Show stream ``name`` from its last ``MAX_CHUNKS`` chunks, following it live."""
+        """Show the tail of stream ``name`` (see ``TAIL_BYTES``), following it live."""
         count = int(self._streams.get(name, {}).get("chunks", 0))
         self._shown = _Shown(name, first=max(0, count - MAX_CHUNKS))
         self.query_one("#stream-log", RichLog).clear()
-        self._follow(self._shown)
+        self._follow(self._shown, count)
         self._update_status()
 
     @property
@@ -128,39 +181,64 @@ class StreamViewer(Vertical):
         return self._shown.name, list(self._shown.chunks), self._shown.closed
 
     @work(exclusive=True, group="stream")
-    async def _follow(self, shown: _Shown) -> None:
+    async def _follow(self, shown: _Shown, count: int) -> None:
+        """Read the stream from ``shown.first``: what it had when opened (``count`` chunks) is
+        kept, and drawn once read, only its tail; then each new chunk as it comes."""
         from wf._exceptions import StreamIncomplete
 
         index = shown.first
+        if index >= count:
+            self._caught_up(shown)
         chunks = self._client.follow_stream(self._run_id, shown.name, shown.first)
         try:
             async for chunk in chunks:
                 if shown is not self._shown:
                     return
-                shown.chunks.append(chunk)
-                self._write(index, chunk)
+                shown.keep(chunk)
                 index += 1
-                if len(shown.chunks) > MAX_CHUNKS:
-                    del shown.chunks[0]
-                    shown.first += 1
+                if shown.caught_up:  # a chunk bigger than the tail is the first kept, cut
+                    cut = shown.cut if len(shown.chunks) == 1 else 0
+                    self._write(index - 1, shown.chunks[-1], cut)
+                elif index >= count:
+                    self._caught_up(shown)
                 self._update_status()
         except StreamIncomplete as cut:
             shown.incomplete = cut.step
+        if shown is self._shown and not shown.caught_up:
+            self._caught_up(shown)
         shown.closed = True
         self._update_status()
 
-    def _write(self, index: int, chunk: bytes) -> None:
+    def _caught_up(self, shown: _Shown) -> None:
+        shown.caught_up = True
+        self._redraw()
+
+    def _write(self, index: int, chunk: bytes, cut: int = 0) -> None:
         log = self.query_one("#stream-log", RichLog)
-        for line in (hex_lines if self.hex_mode else text_lines)(index, chunk):
+        if cut:
+            log.write(Text(f"… the first {cut:,} bytes of #{index} not shown", style="dim"))
+        lines = hex_lines(index, chunk, cut) if self.hex_mode else text_lines(index, chunk)
+        for line in lines:
             log.write(line)
 
     def _redraw(self) -> None:
         log = self.query_one("#stream-log", RichLog)
         log.clear()
-        if self._shown is not None:
-            for offset, chunk in enumerate(self._shown.chunks):
-                self._write(self._shown.first + offset, chunk)
+        shown = self._shown
+        if shown is not None and shown.caught_up:
+            if shown.first > 0:
+                log.write(
+                    Text(f"… chunks 0–{shown.first - 1} not shown ({self._everything()})", "dim")
+                )
+            for offset, chunk in enumerate(shown.chunks):
+                self._write(shown.first + offset, chunk, shown.cut if offset == 0 else 0)
         self._update_status()
+
+    def _everything(self) -> str:
+        """How to get the whole stream."""
+        shown = self._shown
+        name = "" if shown is None or shown.name == "default" else f" --name {quote(shown.name)}"
+        return f"wf stream {self._run_id}{name} writes it all"
 
     def _update_status(self) -> None:
         status = self.query_one("#stream-status", Static)
@@ -173,6 +251,10 @@ class StreamViewer(Vertical):
         if shown.incomplete:
             state = stream_state({"closed": True, "complete": False, "cut_step": shown.incomplete})
         span = f"chunks {shown.first}–{last - 1}" if shown.chunks else "no chunks yet"
+        if not shown.caught_up and shown.chunks:
+            span = f"reading chunk {last - 1}…"
+        elif shown.left_out:
+            span = f"{span}, its last {shown.size:,} bytes ({self._everything()})"
         mode = "hex" if self.hex_mode else "text"
         follow = "following" if self.follow else "paused"
         status.update(Text(f"{visible(shown.name)} · {span} · {state} · {mode} (t) · {follow} (f)"))
