@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
 from textual.widgets import OptionList, RichLog
 
 from tests.cli.tui.conftest import SIZE, until
@@ -130,3 +134,30 @@ async def test_a_big_stream_shows_its_tail_and_says_what_was_left_out(engine: En
         assert f"wf stream {run.id} writes it all" in status_line(app)
         assert "chunks 2–3" in status_line(app)
         assert len(text) < 2 * TAIL_BYTES
+
+
+async def test_the_tail_of_a_long_stream_is_found_reading_about_the_tail(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The viewer read a stream's last 2,000 chunks whatever their size (400 MB) to draw them.
+    run = await engine.start(big_stream, (24, 100_000), {}, run_id=fixed_id(1_800_000_000.0, 5))
+    assert await run.result() == 24
+    app = InspectApp(engine, run_id=run.id)
+    read = 0
+    follow = app.client.follow_stream
+
+    async def counted(*args: Any, **kwargs: Any) -> AsyncIterator[bytes]:
+        nonlocal read
+        async for chunk in follow(*args, **kwargs):
+            read += len(chunk)
+            yield chunk
+
+    monkeypatch.setattr(app.client, "follow_stream", counted)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("6")
+        viewer = app.screen.query_one(StreamViewer)
+        await until(pilot, lambda: viewer.shown is not None and viewer.shown[2])
+        assert "<end of 23>" in log_text(app)
+        assert "… chunks 0–20 not shown" in log_text(app)
+    assert read < 4 * TAIL_BYTES, f"read {read:,} bytes of 2,400,000 to show {TAIL_BYTES:,}"

@@ -11,6 +11,7 @@ status line says what was left out, and that ``wf stream`` writes it all.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncGenerator
 from shlex import quote
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -186,6 +187,7 @@ class StreamViewer(Vertical):
         kept, and drawn once read, only its tail; then each new chunk as it comes."""
         from wf._exceptions import StreamIncomplete
 
+        shown.first = await self._tail_start(shown.name, shown.first, count)
         index = shown.first
         if index >= count:
             self._caught_up(shown)
@@ -208,6 +210,30 @@ class StreamViewer(Vertical):
             self._caught_up(shown)
         shown.closed = True
         self._update_status()
+
+    async def _tail_start(self, name: str, first: int, count: int) -> int:
+        """Where the tail of the stream's first ``count`` chunks begins: the last chunks from
+        1, 2, 4, ... before the end are read until they hold ``TAIL_BYTES`` (from ``first`` at
+        most), so that the tail of a stream of many MB is found reading about that much, not
+        the stream. A chunk at a time: what is read is not kept."""
+        from wf._exceptions import StreamIncomplete
+
+        back = 1
+        while count - back > first:
+            size = 0
+            chunks = self._client.follow_stream(self._run_id, name, count - back, follow=False)
+            try:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size >= TAIL_BYTES:
+                        return count - back
+            except StreamIncomplete:
+                pass
+            finally:
+                if isinstance(chunks, AsyncGenerator):  # left early: let go of its reads now
+                    await chunks.aclose()
+            back *= 2
+        return first
 
     def _caught_up(self, shown: _Shown) -> None:
         shown.caught_up = True
