@@ -799,7 +799,8 @@ async def test_a_control_wait_ends_when_the_server_stops(api: Api) -> None:
     api.app.state.wf.stopping.set()  # what SIGTERM sets first (``wf.serve._run``)
     response = await asyncio.wait_for(waiting, 10)
     assert response.status_code == 200
-    assert response.json()["status"] == "suspended"
+    # The run as the stop found it: still asleep, or (on a loaded machine) just woken.
+    assert response.json()["status"] in {"suspended", "pending", "running"}
     assert (await asyncio.wait_for(result, 10)).status_code == 202
 
 
