@@ -41,10 +41,19 @@ def require_redis_server() -> str:
     return found
 
 
+def _ports() -> list[int]:
+    # Each pytest-xdist worker starts its scan elsewhere in the band (``gw3``: 30 ports on),
+    # so that workers starting servers at the same moment seldom probe the same port.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    digits = "".join(c for c in worker if c.isdigit())
+    start = (int(digits) * 10 if digits else 0) % len(PORTS)
+    return [*PORTS[start:], *PORTS[:start]]
+
+
 def _free_port(taken: set[int]) -> int:
     # A port nobody listens on now (another test process may take it meanwhile: the server's
     # start then fails and the next port is tried).
-    for port in PORTS:
+    for port in _ports():
         if port in taken:
             continue
         with socket.socket() as probe, contextlib.suppress(OSError):
@@ -58,29 +67,46 @@ class Server:
 
     def __init__(self, binary: str, taken: set[int]) -> None:
         self._dir = tempfile.mkdtemp(prefix="wf-failover-")
-        for _ in range(10):
-            self.port = _free_port(taken)
-            self._process = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", self._dir, "--logfile", ""],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-            if self._wait_up():
+        try:
+            for _ in range(10):
+                self.port = _free_port(taken)
+                # Taken here whatever comes: a port another process won is not probed again.
                 taken.add(self.port)
-                return
-            self._process.kill()
-            self._process.wait(5)
+                self._process = subprocess.Popen(
+                    [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                     "--appendonly", "no", "--dir", self._dir, "--logfile", ""],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+                if self._wait_up():
+                    return
+                self._process.kill()
+                self._process.wait(5)
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        shutil.rmtree(self._dir, ignore_errors=True)
         raise RuntimeError("could not start a throwaway redis-server")
 
     def _wait_up(self) -> bool:
+        """Whether this server answers on its port: the one answering must be this process
+        (``INFO server``'s ``process_id``), not another test process's server that won the
+        port while this one failed to bind it."""
+        import redis
+
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return False
-            with socket.socket() as probe, contextlib.suppress(OSError):
-                probe.connect(("127.0.0.1", self.port))
-                return True
-            time.sleep(0.01)
+            client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
+            try:
+                pid = int(client.info("server")["process_id"])
+            except (redis.RedisError, OSError):
+                time.sleep(0.01)
+                continue
+            finally:
+                client.close()
+            # Another process's server: this one is killed, the next port tried.
+            return pid == self._process.pid
         return False
 
     def stop(self) -> None:

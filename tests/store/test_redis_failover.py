@@ -20,6 +20,7 @@ import pytest_asyncio
 pytest.importorskip("redis")
 
 import wf
+from tests.store import failover
 from tests.store.failover import Pair
 from tests.store.helpers import created
 from wf.store.redis import RedisStore
@@ -123,3 +124,30 @@ async def test_a_lease_taken_after_a_failover_is_held_on_the_new_primary(
         await store.close()
         if other is not None:
             await other.close()
+
+
+def test_a_server_started_on_a_port_another_took_meanwhile_tries_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two test processes (``pytest -n``) may probe the same free port before either server
+    binds it: the second ``redis-server`` fails to bind, and its wait must not take the other
+    process's server for its own (two pairs sharing one server: ``READONLY`` in the test
+    whose primary the other demoted)."""
+    binary = failover.require_redis_server()
+    first = failover.Server(binary, set())
+    try:
+        probes = iter([first.port])  # the race: the first probe found it free
+        monkeypatch.setattr(
+            failover, "_free_port", lambda taken: next(probes, None) or _unpatched(taken)
+        )
+        second = failover.Server(binary, set())
+        try:
+            assert second.port != first.port, "took another process's server for its own"
+            assert second._process.poll() is None
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+_unpatched = failover._free_port
