@@ -49,7 +49,14 @@ from wf._exceptions import StoreCorrupted, StoreError, StoreVersionError, UsageE
 from wf.store._base import HookRecord, RunStatus, Schedule, Store, lane_of  # noqa: E402
 from wf.store._faults import collect_faults  # noqa: E402
 from wf.store.conformance import StoreConformance, event, record  # noqa: E402
-from wf.store.redis import FORMAT_VERSION, RedisStore, _lease, _scripts, _store  # noqa: E402
+from wf.store.redis import (  # noqa: E402
+    FORMAT_VERSION,
+    RedisStore,
+    _lease,
+    _scripts,
+    _store,
+    _verify,
+)
 from wf.testing import MockClock, TestEngine  # noqa: E402
 
 URL = os.environ.get("WF_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -2095,6 +2102,45 @@ async def test_a_lane_key_deleted_holds_its_lane_until_verify_puts_it_back(prefi
         again = await asyncio.wait_for(store.claim(1e12, 10, exclude={plain.id}), 10)
         assert again == []  # the head still runs
         await running.release()
+    finally:
+        client.close()
+        await store.close()
+
+
+async def test_verify_puts_a_lane_back_whole_not_a_run_re_queued_behind_its_head_first(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verify put a lane's runs back in its deleted key batch by batch, in creation order: a
+    run re-queued (``wf retry``) behind the head has a place later than its creation number,
+    so it was put back alone in an earlier batch, and a claim between two batches started it
+    beside the running head in a lane of width 1. Now the lane is put back whole, once every
+    batch was read."""
+    monkeypatch.setattr(_verify, "_BATCH", 1)  # stands for 500 runs between the two
+    store = make(prefix)
+    client = raw_client()
+    try:
+        first = await created(store, id="first", group="g")
+        head = await created(store, id="head", group="g")
+        gk = f"{prefix}g:{lane_of(first)}"
+        client.hset(f"{prefix}r:{first.id}", "lane", 99)  # re-queued behind the head
+        client.zadd(gk, {first.id: 99})
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert [x.run_id for x in leases] == [head.id]
+        client.delete(gk)
+        started: list[str] = []
+        check_listed = _verify._check_listed
+
+        async def then_a_claim(st: RedisStore, batch: list[str]) -> list[str]:
+            found = await check_listed(st, batch)
+            started.extend(x.run_id for x in await store.claim(1e12, 10))  # a worker's
+            return found
+
+        monkeypatch.setattr(_verify, "_check_listed", then_a_claim)
+        problems = await store.verify()
+        assert started == [], "a run of a width-1 lane ran beside its head"
+        assert sum("missing from its lane" in p for p in problems) == 2, problems
+        assert await store.lane_ahead(lane_of(first), first.id, 1) == [head.id]
+        await leases[0].release()
     finally:
         client.close()
         await store.close()

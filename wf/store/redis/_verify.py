@@ -35,6 +35,7 @@ async def verify(store: RedisStore) -> list[str]:
     problems: list[str] = []
     highest = 0
     low = "-inf"
+    laned: dict[str, list[str]] = {}  # each lane's unfinished runs, put back at the end
     while True:
         # By creation number (each run's score), not by name: a lexicographic walk is only
         # defined over equal scores, and a member that is not UTF-8 would never be passed.
@@ -80,7 +81,6 @@ async def verify(store: RedisStore) -> list[str]:
             removed = {_decode.field_name(member) for member in repaired[::2]}
         queued: list[tuple[str, str, RunRecord | None, bool]] = []
         lanes: set[str] = set()
-        laned: list[str] = []
         for index, run_id in enumerate(batch):
             found = reads[3 * index : 3 * index + 3]
             if run_id in removed:
@@ -100,7 +100,7 @@ async def verify(store: RedisStore) -> list[str]:
             (status, raw, seq, place, width, epoch, qk, group, qm), journal, inbox = found
             if group and place:
                 lanes.add(_decode.field_name(group))
-                laned.append(run_id)
+                laned.setdefault(_decode.field_name(group), []).append(run_id)
             problems += _check_run(store, run_id, raw, journal, inbox)
             problems += await _check_status(store, run_id, status, raw)
             if qk:
@@ -118,9 +118,9 @@ async def verify(store: RedisStore) -> list[str]:
                 highest = max(highest, int(seq))
         problems += await _check_queues(store, queued)
         problems += await _check_lanes(store, sorted(lanes))
-        problems += await _repair_lanes(store, laned)
         problems += await _check_listed(store, [r for r in batch if r not in removed])
         problems += await _check_streams(store, [r for r in batch if r not in removed])
+    problems += await _repair_lanes(store, laned)
     problems += await _named(_check_status_indexes(store))
     problems += await _named(_check_queue_index(store))
     for name, kind in (("hooks", _decode.hook), ("sched", _decode.schedule)):
@@ -141,17 +141,28 @@ async def verify(store: RedisStore) -> list[str]:
     return list(dict.fromkeys(problems))  # a key two checks met is named once
 
 
-async def _repair_lanes(store: RedisStore, laned: list[str]) -> list[str]:
+async def _repair_lanes(store: RedisStore, laned: dict[str, list[str]]) -> list[str]:
     """Each unfinished run of a lane put back in its lane key when missing from it (the key
-    deleted or evicted: the claim names such a run and its lane waits)."""
-    if not laned:
-        return []
-    found = await store._eval(_scripts.REPAIR_LANES, *laned)
-    return [
-        f"run {_decode.field_name(run_id)}: missing from its lane {_decode.field_name(key)}:"
-        " put back in it"
-        for run_id, key in zip(found[::2], found[1::2], strict=True)
-    ]
+    deleted or evicted: the claim names such a run and its lane waits). After every batch was
+    read, and a lane's runs in one script: put back one batch at a time, a run re-queued
+    behind the head (``wf retry``: a place later than its creation number) could be back
+    alone before the head, and a claim meanwhile would start it beside the head."""
+    problems: list[str] = []
+    calls: list[list[str]] = [[]]
+    for runs in laned.values():
+        if calls[-1] and len(calls[-1]) + len(runs) > _BATCH:
+            calls.append([])
+        calls[-1] += runs  # a lane whole in one call, however many runs it has
+    for runs in calls:
+        if not runs:
+            continue
+        found = await store._eval(_scripts.REPAIR_LANES, *runs)
+        problems += [
+            f"run {_decode.field_name(run_id)}: missing from its lane {_decode.field_name(key)}:"
+            " put back in it"
+            for run_id, key in zip(found[::2], found[1::2], strict=True)
+        ]
+    return problems
 
 
 async def _check_listed(store: RedisStore, batch: list[str]) -> list[str]:
