@@ -190,6 +190,39 @@ async def test_a_refusal_that_may_mean_the_wrong_server_reconnects_the_pool(
         await store.close()
 
 
+@pytest.mark.timeout(30)
+async def test_refusals_while_the_address_is_still_the_old_server_redial_once_a_second(
+    prefix: str, proxy: tuple[RefusingProxy, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the address still reaches the demoted server (a DNS name not moved yet, a
+    switchover under way), every write meets ``READONLY``, and each made the subscriptions
+    again: 20 writers for 5 s kept up to 46 subscriber connections open at once and woke
+    every waiter 59 times. The store makes its connections again at most once a second."""
+    from wf.store.redis import _signals
+
+    refusing, url = proxy
+    store = RedisStore(url, prefix=prefix)
+    redials: list[None] = []
+    redial = _signals.Signals.redial
+
+    def counted(self: _signals.Signals) -> None:
+        redials.append(None)
+        redial(self)
+
+    monkeypatch.setattr(_signals.Signals, "redial", counted)
+    try:
+        await store.wait_for_activity(0)  # subscribed
+        refusing.refuse(REFUSALS["readonly"][0])
+        refused = await asyncio.gather(
+            *(store.create_run(record(), [event("run_started")]) for _ in range(20)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(r, wf.StoreUnavailable) for r in refused), refused
+        assert len(redials) == 1, f"{len(redials)} redials for 20 refusals"
+    finally:
+        await store.close()
+
+
 @pytest.mark.timeout(60)
 async def test_the_pool_made_again_cuts_no_command_of_another_task(
     prefix: str, proxy: tuple[RefusingProxy, str]

@@ -43,6 +43,11 @@ RATES = "!rates"
 caller cancelled before it heard): counted in ``Signals.rate_returns``, so that workers
 holding runs for a rate limit read it again. An older wf takes it for any change."""
 
+READ_TICK = 0.25
+"""Seconds a listener's read waits for a message before it looks whether it was replaced
+(``redial``) or closed: a replaced listener's connection stays open on the old server until
+then (not cancelled: see ``redial``)."""
+
 WATCHED_RUNS = 10_000
 """Runs whose last read an instance remembers (least recently read are forgotten first)."""
 
@@ -113,9 +118,9 @@ class Signals:
         """Listen again, on new connections: a failover may have moved the address (a DNS
         name, a proxy) to a new primary, and a subscription left on the old server, a replica
         now, may hear none of its writes. Each listening task is replaced at once; the one
-        replaced ends by itself within its read's timeout (not cancelled: a cancelled read
-        inside redis-py can be swallowed, and its connection left open). A subscription not
-        yet made is left alone: it reaches the address as it is now."""
+        replaced ends by itself within its read's timeout, ``READ_TICK`` (not cancelled: a
+        cancelled read inside redis-py can be swallowed, and its connection left open). A
+        subscription not yet made is left alone: it reaches the address as it is now."""
         if self._closed:
             return
         for channel, task in list(self._tasks.items()):
@@ -139,7 +144,7 @@ class Signals:
                 # Read with a timeout rather than ``listen()``: a cancelled read inside
                 # redis-py can be swallowed, and ``close`` must not wait on it forever.
                 while self._current(channel):
-                    message = await pubsub.get_message(timeout=1.0)
+                    message = await pubsub.get_message(timeout=READ_TICK)
                     if message is None:
                         continue
                     if message.get("type") == "subscribe":

@@ -13,6 +13,7 @@ import logging
 import math
 import re
 import secrets
+import time
 import urllib.parse
 import weakref
 from collections.abc import Callable, Collection, Coroutine, Sequence
@@ -97,6 +98,12 @@ length grows with the schedules (see docs/redis.md)."""
 CLAIM_BUDGET = 10_000
 """Due runs one claim looks at, at most (held and waiting ones included)."""
 
+REDIAL_EVERY = 1.0
+"""Seconds between two makings again of the connections on a refusal that may mean "the wrong
+server": while the address still reaches the old server (a DNS name not moved yet), every
+write is refused, and each making again opened new subscriptions and woke every waiter."""
+
+
 _WARNED: set[str] = set()
 """Servers whose durability this process has warned about (once each)."""
 
@@ -172,6 +179,8 @@ class RedisStore(Store):
         self._redial = False
         """A refusal that may mean "the wrong server" came (``_WRONG_SERVER``): the pool's idle
         connections are dropped before the next command (``_ready``)."""
+        self._redialled_at = -math.inf
+        """When (``time.monotonic``) the connections were last made again (``REDIAL_EVERY``)."""
         self._look_at: float | None = None
         """The ``now`` from which ``due_schedules`` next looks at every schedule
         (``SCHEDULE_LOOK``); None: at its first call."""
@@ -428,8 +437,10 @@ class RedisStore(Store):
         """The pool's connections are made again: those in use when released, the idle ones
         before the next command (``_ready``); and the subscriptions, at once."""
         client = self._client
-        if client is None:
+        now = time.monotonic()
+        if client is None or now - self._redialled_at < REDIAL_EVERY:
             return
+        self._redialled_at = now
         self._signals.redial()
         self._redial = True
         for connection in list(client.connection_pool._in_use_connections):
