@@ -2107,6 +2107,36 @@ async def test_a_lane_key_deleted_holds_its_lane_until_verify_puts_it_back(prefi
         await store.close()
 
 
+async def test_a_look_at_a_run_of_a_lane_whose_key_was_deleted_shows_it_naming_the_damage(
+    prefix: str,
+) -> None:
+    """``wf inspect`` of a pending run of a lane whose key was deleted failed outright (exit
+    3, the lane's damage as the error) where it showed the run: it shows it, the damage named
+    as the page's other damaged items are. And a run with no place (ended) is in no lane:
+    ``lane_ahead`` does not read the key for it (one of another type raised
+    ``StoreCorrupted`` where it answered [])."""
+    from wf import admin
+
+    store = make(prefix)
+    client = raw_client()
+    try:
+        head = await created(store, id="head", group="g")
+        behind = await created(store, id="behind", group="g")
+        gk = f"{prefix}g:{lane_of(head)}"
+        named = " ".join(gk.split())  # a lane's name holds a newline: said on one line
+        client.delete(gk)
+        detail = await admin.run_detail(store, behind.id)
+        assert detail.run.id == behind.id
+        said = [(f.item, " ".join(f.where.split())) for f in detail.damaged]
+        assert said == [(behind.id, named)], detail.damaged
+        client.hset(f"{prefix}r:{head.id}", "lane", "")  # as an ended run's hash: no place
+        client.set(gk, "stray")  # the lane key of another type
+        assert await store.lane_ahead(lane_of(head), head.id, 1) == []
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_verify_puts_a_lane_back_whole_not_a_run_re_queued_behind_its_head_first(
     prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

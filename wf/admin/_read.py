@@ -472,6 +472,9 @@ async def run_detail(
         # explanation then tell the same (the HTTP answer carries only the detail's word).
         record = dataclasses.replace(record, cancel_requested=True)
     now = time.time() if now is None else now
+    with collect_faults() as lane_damage:  # a lane damaged: named, the page shows
+        queue = await queue_state(store, record, journal, now)
+    damaged += lane_damage
     analyse = _Analysis.of
     if len(journal) > OFF_LOOP_EVENTS:
         found = await in_thread_alone(analyse, journal, record.status.value, now)
@@ -508,7 +511,7 @@ async def run_detail(
         replays=replays,
         inbox=[message.kind for message in inbox],
         now=now,
-        queue=await queue_state(store, record, journal, now),
+        queue=queue,
         schedule=await _schedule_of(store, record),
         recoveries=found.recoveries,
         driver_gone=await (probe or probe_for(store)).driver_gone(

@@ -23,8 +23,9 @@ import random
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from wf._exceptions import UsageError, WFError
+from wf._exceptions import StoreCorrupted, UsageError, WFError
 from wf.store import Hold, RunRecord, RunStatus, Slot, Store, lane_of
+from wf.store._faults import named_place
 from wf.store._limits import (
     BEYOND,
     LATEST,
@@ -701,7 +702,13 @@ async def explain(
     lane = lane_of(record)
     if lane is not None:
         width = int(limits.get("group_concurrency", 1))
-        ahead = await store.lane_ahead(lane, record.id, 1000)
+        try:
+            ahead = await store.lane_ahead(lane, record.id, 1000)
+        except StoreCorrupted as error:
+            # The lane's key damaged (deleted, of another type): the claim holds the run, and
+            # a look at it names the damage as it names any damaged item, rather than failing.
+            store.faults.note("lane", record.id, named_place(error), error)
+            return Hold(f"held: its lane is damaged ({named_place(error)})", 0)
         if len(ahead) >= width:
             return Hold(_lane_words(record, width, ahead), len(ahead))
     for name, capacity, words in _caps(total, record):

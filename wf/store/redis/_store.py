@@ -924,11 +924,16 @@ class RedisStore(Store):
         # The run's place and its member in the lane key, in one view: a run not in its lane
         # key (the key deleted or evicted) cannot say which runs are ahead of it (one may be
         # running), as the claim says (``CLAIM``); a run that ended meanwhile has no place.
+        # The key's error is the run's only when it has a place (an ended run is in no lane).
         place, member = await self._pipe(
-            ("hget", self._key("r:", run_id), "lane"), ("zscore", gk, run_id)
+            ("hget", self._key("r:", run_id), "lane"), ("zscore", gk, run_id), each=True
         )
+        if isinstance(place, Exception):
+            raise self._failure(place, self._key("r:", run_id)) from place
         if not place:
             return []
+        if isinstance(member, Exception):
+            raise self._failure(member, gk) from member
         try:
             number = float(place)
         except ValueError:
