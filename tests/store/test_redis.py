@@ -2067,12 +2067,15 @@ async def test_a_lane_key_of_another_type_is_named_by_the_claim_and_verify(prefi
         await store.close()
 
 
-async def test_a_lane_key_deleted_holds_its_lane_until_verify_puts_it_back(prefix: str) -> None:
+async def test_a_lane_key_deleted_holds_the_runs_it_lost_until_verify_puts_them_back(
+    prefix: str,
+) -> None:
     """A group lane key (``g:<lane>``) deleted outright (by hand, evicted): the claim counted
     no run ahead of each run of the lane, so the run behind a running head started beside it
     in a lane of width 1, and verify said nothing. Now a run of a lane that is not in its lane
     key is named as its damage (naming the key and verify) and waits; verify puts every run
-    of the lane back in it at its place, and the lane goes on in order."""
+    of the lane back in it at its place, and the lane goes on in order. (A run created in
+    the lane before verify is not held: docs/redis.md says so.)"""
     store = make(prefix)
     client = raw_client()
     try:
