@@ -532,8 +532,8 @@ async def block_won_by_a_step_over_a_longer_sleep() -> str:
 async def test_a_block_ended_in_time_by_a_select_stays_in_time_on_replay(
     wf_engine: Engine,
 ) -> None:
-    """The select's losing sleep never ended by its deadline (100 s, past the block's): the
-    first drive ended the block at once, in time, and a replay must not decide otherwise."""
+    """The first drive ends the block at once, in time, and journals so (``timeout_ended``):
+    every replay (the one a day later at the keeper) takes that, whatever its clock."""
     run = await wf.start(block_won_by_a_step_over_a_longer_sleep)
     assert await run.result() == "in time"
     journal = await wf_engine.store.read_journal(run.id)
@@ -637,3 +637,145 @@ async def test_a_block_held_by_an_earlier_sleep_is_decided_by_it_on_a_late_resum
     mock_clock.jump(1000)  # one resume, long after both
     mock_clock.autojump = True
     assert await run.result() == seen
+
+
+@wf.workflow
+async def block_beside_a_sibling_sleep(inner: float, sibling: float) -> list[str]:
+    async def timed() -> str:
+        try:
+            async with wf.timeout(60):
+                await wf.sleep(inner)  # the block's only wait: 45 s, in time
+            return "in time"
+        except TimeoutError:
+            return "timed out"
+
+    async def other() -> str:
+        await wf.sleep(sibling)  # not in the block, not awaited by it
+        return "other"
+
+    return list(await asyncio.gather(timed(), other()))
+
+
+@pytest.mark.parametrize("late", [False, True])
+@pytest.mark.parametrize("sibling", [50.0, 100.0, 3600.0])
+async def test_a_sibling_sleep_does_not_decide_the_block(
+    wf_engine: Engine, mock_clock: MockClock, late: bool, sibling: float
+) -> None:
+    mock_clock.autojump = not late
+    run = await wf.start(block_beside_a_sibling_sleep, 45.0, sibling)
+    if late:
+        record = await run.settle(timeout=30)
+        assert record.status == wf.RunStatus.SUSPENDED
+        mock_clock.jump(1000)  # one resume, long after the block's sleep and the sibling's
+        mock_clock.autojump = True
+    assert (await run.result())[0] == "in time"
+
+
+@wf.workflow
+async def block_beside_an_earlier_keeper(inner: float) -> str:
+    keeper = asyncio.ensure_future(wf.sleep(100))  # begun before the block, never awaited in it
+    try:
+        async with wf.timeout(60):
+            await wf.sleep(inner)  # what the block waits for: ends in time
+        seen = "in time"
+    except TimeoutError:
+        seen = "timed out"
+    await keeper
+    return seen
+
+
+async def test_a_late_resume_of_a_block_beside_an_earlier_sleep_it_never_awaited(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    """The pattern of test_a_block_held_by_an_earlier_sleep_is_decided_by_it_on_a_late_resume,
+    the earlier sleep outside the block this time: the block waited 45 s only."""
+    mock_clock.autojump = False
+    run = await wf.start(block_beside_an_earlier_keeper, 45.0)
+    record = await run.settle(timeout=30)
+    assert record.status == wf.RunStatus.SUSPENDED
+    mock_clock.jump(1000)
+    mock_clock.autojump = True
+    assert await run.result() == "in time"
+
+
+async def test_a_lost_timeout_ended_is_decided_again_as_the_first_drive_did(
+    mock_clock: MockClock,
+) -> None:
+    """A crash after the block ended in time, before the next durable write: the resume must
+    decide the block as the first drive did (timeout_ended dropped by hand, as a SIGKILL within
+    SOON loses PostgreSQL's / Redis's write_soon buffer)."""
+    store = wf.testing.MemoryStore()
+    mock_clock.autojump = False
+    async with wf.testing.TestEngine(store, mock_clock, suspend_after=86400) as eng:
+        with eng.installed():
+            run = await wf.start(block_beside_an_earlier_keeper, 10.0)
+            await eng.quiet()
+            mock_clock.jump(50)  # the block ended at +10, in time; the keeper sleeps on
+            await eng.quiet()
+            await eng.crash(run)
+    journal = store._runs[run.id].journal
+    assert [e["type"] for e in journal][-1] == "timeout_ended"
+    journal.pop()  # the write_soon the crash lost
+    mock_clock.jump(150)  # resumed at +200
+    mock_clock.autojump = True
+    async with wf.testing.TestEngine(store, mock_clock) as eng2:
+        with eng2.installed():
+            assert await wf.get_run(run.id).result() == "in time"
+
+
+@wf.workflow
+async def nested_blocks(inner: float) -> str:
+    try:
+        async with wf.timeout(100):
+            async with wf.timeout(60):
+                await wf.sleep(inner)  # 45 s: both blocks end in time
+            seen = "inner in time"
+    except TimeoutError:
+        return "outer timed out"
+    await wf.sleep(86400)
+    return seen
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_nested_blocks_resumed_late(
+    wf_engine: Engine, mock_clock: MockClock, late: bool
+) -> None:
+    mock_clock.autojump = not late
+    run = await wf.start(nested_blocks, 45.0)
+    if late:
+        record = await run.settle(timeout=30)
+        assert record.status == wf.RunStatus.SUSPENDED
+        mock_clock.jump(1000)
+        mock_clock.autojump = True
+    assert await run.result() == "inner in time"
+
+
+@wf.step
+async def quick_one(x: str) -> str:
+    return x
+
+
+@wf.workflow
+async def select_then_hook(token: str) -> str:
+    hook = wf.create_hook(str, token=token)
+    try:
+        async with wf.timeout(60):
+            await wf.first(quick_one("q"), wf.sleep(100))  # the step wins at once
+            await hook.next()  # the run suspends inside the block
+        return "in time"
+    except TimeoutError:
+        return "timed out"
+
+
+async def test_select_loser_in_a_block_ended_by_a_later_drive(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    """The select's dropped sleep (100 s, past the block's 60 s) is no end of the block: a
+    later drive ends the block at the payload (+10 s), in time."""
+    mock_clock.autojump = False
+    run = await wf.start(select_then_hook, "mut-probe")
+    assert (await run.settle(timeout=30)).status == wf.RunStatus.SUSPENDED
+    mock_clock.jump(10)
+    await wf.resume_hook("mut-probe", "p")
+    mock_clock.autojump = True
+    assert await run.result() == "in time"

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext, require_run
 from wf.engine._durations import due_after, wait_seconds
-from wf.engine._futures import OpCall, op_task
+from wf.engine._futures import OpCall, op_task, task_ended_at
 from wf.engine._inbox import apply_messages
 from wf.engine._scopes import CancelScope, ScopeTimedOut, _current_scope, current_scope
 from wf.engine._step import Step
@@ -146,6 +146,8 @@ async def _select(
                 future.cancel()
             raise
         winner = _earliest(ctx, futures)
+        if ctx.timed_blocks:  # a block around it that a later drive ends ended no sooner
+            ctx.decided_at[op] = ctx.done_at.get(futures[winner], ctx.clock.now())
         decided_event = ctx.event("select_decided", op=op, name="select", index=winner)
         losers = _losing_steps(ctx, futures, winner)
         if losers:
@@ -233,7 +235,6 @@ class timeout:
         self._until_recorded: float | None = None
         self._expired: bool | None = None
         self._end_journaled = True
-        self._ended_from = 0
 
     @property
     def expired(self) -> bool:
@@ -263,10 +264,12 @@ class timeout:
             )
             started = ctx.event("timeout_started", op=op, name="timeout", until=until)
             started["end_journaled"] = True
-            await ctx.write(started)
-        scope = CancelScope(op, current_scope() or ctx.root_scope, ops=[])
+            # No await here: a replay enters the block without one, so a task beside it must
+            # not take the next op id meanwhile (durable with the run's next durable write: a
+            # crash before it loses a block that did nothing durable yet).
+            ctx.write_soon(started)
+        scope = CancelScope(op, current_scope() or ctx.root_scope, ops=[], awaited=[])
         ctx.timed_blocks += 1
-        self._ended_from = len(ctx.ended_log)
         ctx.scopes[op] = scope
         self._scope = scope
         self._until_recorded = until
@@ -293,11 +296,11 @@ class timeout:
         try:
             return self._exit(ctx, scope, exc_type, exc)
         finally:
-            scope.ops = None
+            scope.ops = scope.awaited = None
             ctx.timed_blocks -= 1
             if not ctx.timed_blocks:
                 ctx.live_ops.clear()
-                ctx.ended_log.clear()
+                ctx.decided_at.clear()
 
     def _exit(
         self,
@@ -350,7 +353,9 @@ class timeout:
         elif ctx.checking:
             return False  # unreachable: a check stops at the first op the journal lacks
         else:
-            expired = scope.fired or ctx.clock.now() >= until
+            ended = ctx.clock.now()
+            expired = scope.fired or ended >= until
+        ctx.decided_at[scope.op] = ended
         if expired:
             ctx.mark_delivered(scope.op, "exit", scope)
         else:
@@ -361,29 +366,36 @@ class timeout:
 
     def _durable_end(self, ctx: RunContext, scope: CancelScope) -> float | None:
         """When the block ended by the durable clock, the first drive to reach its end being
-        a later one than the drive that entered it; None if an operation of the block was
-        begun in this drive (it ends now, by this drive's clock).
+        a later one than the drive that entered it; None if an operation of the block ended
+        in this drive other than by the durable clock (begun in it, or a step that finished
+        in it: the block ends now, by this drive's clock).
 
         No sooner than it began, than the recorded end of each of its operations that
-        records one (a step's outcome, a select's decision), or than anything that ended while
-        this drive replayed the block (``RunContext.ended_log``): a sleep at its deadline or
-        its wake, a payload when it reached the store, a child when it ended, and an
-        operation begun before the block that it awaited (the one that kept it open past the
-        earlier drive). A sleep's own recorded start is no end (a select may have dropped it
-        long before its deadline)."""
+        records one (a step's outcome, a select's decision, an inner block's end: those this
+        drive decided by when they ended, ``RunContext.decided_at``), nor than each operation
+        task the block's code awaited ended (``CancelScope.awaited``): a sleep at its deadline
+        or its wake, a payload when it reached the store, a child when it ended, an operation
+        begun before the block (the one that kept it open past the earlier drive). Not by
+        what the block did not await (a task beside it). A sleep's own recorded start is no
+        end (a select may have dropped it long before its deadline)."""
         assert scope.op is not None
         opened = ctx.history.get(scope.op)
         if opened is None or scope.op in ctx.live_ops:
             return None
         latest = float(opened.events[0].get("ts", 0.0))
         for op in scope.ops or ():
-            ended = ctx.recorded_end(op)
+            ended = ctx.decided_at.get(op)
             if ended is None:
-                return None
-            if ctx.history[op].kind != "sleep":
-                latest = max(latest, ended)
-        for at in ctx.ended_log[self._ended_from :]:
-            latest = max(latest, at)
+                ended = ctx.recorded_end(op)
+                if ended is None:
+                    return None
+                if ctx.history[op].kind == "sleep":
+                    continue
+            latest = max(latest, ended)
+        for task in scope.awaited or ():
+            at = task_ended_at(ctx, task)
+            if at is not None:
+                latest = max(latest, at)
         return latest
 
     def _recorded_end(self, ctx: RunContext, scope: CancelScope) -> float | None:

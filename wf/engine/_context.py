@@ -237,10 +237,10 @@ class RunContext:
         """``wf.timeout`` blocks open: while any is, the ops this drive writes events for are
         noted in ``live_ops`` (a block whose ops all ended in the journal ended then)."""
         self.live_ops: set[int] = set()
-        self.ended_log: list[float] = []
-        """While a ``wf.timeout`` block is open: when (by the durable clock) each operation
-        that ended in this drive ended, in the order they ended here (``note_ended``): a
-        block that a later drive ends ended no sooner than what ended while it replayed it."""
+        self.decided_at: dict[int, float] = {}
+        """While a ``wf.timeout`` block is open: when (by the durable clock) a block or a
+        select inside it that this drive decided ended, by op (its ``timeout_ended`` or
+        ``select_decided`` is this drive's write, not the time it ended)."""
         """Op -> (``call`` or ``wait``, scope op) where a cancellation was delivered, for replay."""
         self.pending_scopes: list[CancelScope] = []
         """Fired scopes whose cancellation has not reached any code yet."""
@@ -478,12 +478,6 @@ class RunContext:
         """A ``wake_requested`` event is at ``position`` of the journal."""
         self.wake_marks.append(position)
         self.wake_times.append(float(event.get("ts", 0.0)))
-
-    def note_ended(self, at: float) -> None:
-        """An operation ended at ``at`` by the durable clock: noted while a timeout's block is
-        open (``ended_log``)."""
-        if self.timed_blocks:
-            self.ended_log.append(at)
 
     @property
     def replaying(self) -> bool:
@@ -977,8 +971,6 @@ class RunContext:
         task = asyncio.current_task(self.loop)
         if task is not None:
             self.done_at[task] = at
-        if self.timed_blocks:
-            self.ended_log.append(at)
 
     def evict(self) -> None:
         """Stop at the next durable operation (drain, reload); the run is due again at once.

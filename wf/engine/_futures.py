@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
 from wf.engine._context import RunContext, current_run, user_site
+from wf.engine._scopes import current_scope
 
 T = TypeVar("T")
 
@@ -86,6 +87,30 @@ class OpTask(asyncio.Task[T]):
     def add_done_callback(self, fn: Callable[[Any], object], *, context: Any = None) -> None:
         _refuse_racing_helpers()
         super().add_done_callback(fn, context=context)
+
+    def __await__(self) -> Generator[Any, None, T]:
+        # Awaited (done already or not) in the awaiting code's context: the timeout blocks
+        # around that await ended no sooner than this task did (``timeout._durable_end``).
+        scope = current_scope()
+        while scope is not None:
+            if scope.awaited is not None:
+                scope.awaited.append(self)
+            scope = scope.parent
+        return super().__await__()
+
+
+def task_ended_at(ctx: RunContext, task: asyncio.Future[Any]) -> float | None:
+    """When ``task`` ended by the durable clock (the last operation it awaited inline, or the
+    operation it was made of), None if it did not end or wf does not know."""
+    if not task.done() or task.cancelled():
+        return None
+    at = ctx.done_at.get(task)
+    if at is None and isinstance(task, asyncio.Task):
+        call = task.get_coro()
+        if isinstance(call, OpCall):  # made of an operation that ran in a task of its own
+            inner = call._future
+            at = call.wf_ended_at if inner is None else ctx.done_at.get(inner, call.wf_ended_at)
+    return at
 
 
 def _task_factory(

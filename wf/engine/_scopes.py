@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+from typing import Any
 
 from wf._exceptions import Cancelled
 
@@ -39,6 +40,9 @@ class CancelScope:
     ops: list[int] | None = None
     """A timeout's scope: the operations begun inside it, so its end is judged by what the
     journal recorded of them (``wf.engine._compose.timeout``); None for other scopes."""
+    awaited: list[Any] | None = None
+    """A timeout's scope: the operation tasks that code inside it awaited (``OpTask``), so
+    its end counts those begun before it by when they ended; None for other scopes."""
 
     def contains(self, inner: CancelScope | None, root: CancelScope) -> bool:
         """Whether code running in ``inner`` (None: the run's top level) is inside this scope."""

@@ -537,10 +537,9 @@ async def _execute(
                 done = ctx.event(
                     "step_completed", op=op, name=step_.name, attempt=attempt, result=encoded
                 )
-                if own_task:  # ``wf.select`` reads it from the operation's own task
-                    ctx.mark_done_at(done["ts"])
-                else:
-                    ctx.note_ended(done["ts"])
+                # ``wf.select`` reads it from the operation's own task, a timeout's block from
+                # the task it awaited (``timeout._durable_end``).
+                ctx.mark_done_at(done["ts"])
                 # Durable before anything leaves the run (the next step's code settles first), not
                 # before the workflow goes on: the outcome's flush carries a run's last step.
                 if not ctx.write_pending(done):
