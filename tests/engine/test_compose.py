@@ -779,3 +779,36 @@ async def test_select_loser_in_a_block_ended_by_a_later_drive(
     await wf.resume_hook("mut-probe", "p")
     mock_clock.autojump = True
     assert await run.result() == "in time"
+
+
+@wf.workflow
+async def block_races_a_hook(token: str, seconds: float) -> str:
+    hook = wf.create_hook(str, token=token)
+    try:
+        async with wf.timeout(60):
+            got = await wf.first(hook.next(), wf.sleep(seconds))
+        return f"in time ({got})"
+    except TimeoutError:
+        return "timed out"
+
+
+async def test_a_select_decided_by_a_late_drive_ends_the_block_when_its_payload_came(
+    mock_clock: MockClock,
+) -> None:
+    """The payload reached the store at +10 while no worker ran; the drive that decides the
+    select (and the block) runs at +1000, the losing sleep (100 s) over by then too: the
+    block ended at +10, in time."""
+    store = wf.testing.MemoryStore()
+    mock_clock.autojump = False
+    async with wf.testing.TestEngine(store, mock_clock) as eng:
+        with eng.installed():
+            run = await wf.start(block_races_a_hook, "late-select", 100.0)
+            assert (await run.settle(timeout=30)).status == wf.RunStatus.SUSPENDED
+            mock_clock.jump(10)
+            await wf.resume_hook("late-select", "p")
+            await eng.crash(run)
+    mock_clock.jump(990)
+    mock_clock.autojump = True
+    async with wf.testing.TestEngine(store, mock_clock) as eng2:
+        with eng2.installed():
+            assert await wf.get_run(run.id).result() == "in time (p)"

@@ -95,7 +95,9 @@ class ChildRun(Run[T]):
             return await super().result(timeout)
         while (finished := ctx.state(ChildState).results.get(self.id)) is None:
             await ctx.wait(self._op, "child", self.id, None, key=self.id)
-        ctx.mark_done_at(float(finished.get("at") or finished.get("ts") or ctx.clock.now()))
+        ctx.mark_done_at(
+            float(finished.get("at") or finished.get("ts") or ctx.clock.now()), self._op
+        )
         record = RunRecord(
             id=self.id,
             workflow=finished.get("name", ""),

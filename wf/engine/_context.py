@@ -238,9 +238,10 @@ class RunContext:
         noted in ``live_ops`` (a block whose ops all ended in the journal ended then)."""
         self.live_ops: set[int] = set()
         self.decided_at: dict[int, float] = {}
-        """While a ``wf.timeout`` block is open: when (by the durable clock) a block or a
-        select inside it that this drive decided ended, by op (its ``timeout_ended`` or
-        ``select_decided`` is this drive's write, not the time it ended)."""
+        """While a ``wf.timeout`` block is open: when (by the durable clock) an operation
+        inside it ended as this drive found it, by op, where the journal's own record would
+        be this drive's write: a block or a select it decided (``timeout_ended``,
+        ``select_decided``), a payload taken (when it reached the store), a child's end."""
         """Op -> (``call`` or ``wait``, scope op) where a cancellation was delivered, for replay."""
         self.pending_scopes: list[CancelScope] = []
         """Fired scopes whose cancellation has not reached any code yet."""
@@ -966,11 +967,14 @@ class RunContext:
         self.done_at[future] = at
         return future
 
-    def mark_done_at(self, at: float) -> None:
-        """Record when the current operation's outcome happened by the durable clock."""
+    def mark_done_at(self, at: float, op: int | None = None) -> None:
+        """Record when the current operation's outcome happened by the durable clock (and,
+        given ``op`` inside a timeout's block, when that operation ended: ``decided_at``)."""
         task = asyncio.current_task(self.loop)
         if task is not None:
             self.done_at[task] = at
+        if op is not None and self.timed_blocks:
+            self.decided_at[op] = at
 
     def evict(self) -> None:
         """Stop at the next durable operation (drain, reload); the run is due again at once.

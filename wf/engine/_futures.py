@@ -89,14 +89,18 @@ class OpTask(asyncio.Task[T]):
         super().add_done_callback(fn, context=context)
 
     def __await__(self) -> Generator[Any, None, T]:
-        # Awaited (done already or not) in the awaiting code's context: the timeout blocks
-        # around that await ended no sooner than this task did (``timeout._durable_end``).
-        scope = current_scope()
-        while scope is not None:
-            if scope.awaited is not None:
-                scope.awaited.append(self)
-            scope = scope.parent
+        _note_awaited(self)
         return super().__await__()
+
+
+def _note_awaited(future: asyncio.Future[Any]) -> None:
+    """``future`` is awaited (done already or not) in the awaiting code's context: the timeout
+    blocks around that await ended no sooner than it did (``timeout._durable_end``)."""
+    scope = current_scope()
+    while scope is not None:
+        if scope.awaited is not None:
+            scope.awaited.append(future)
+        scope = scope.parent
 
 
 def task_ended_at(ctx: RunContext, task: asyncio.Future[Any]) -> float | None:
@@ -345,11 +349,16 @@ class OpCall(Coroutine[Any, Any, T]):
                 self._iter = _in_context(inline(), contextvars.copy_context())
             else:
                 self._future = start()
-                self._iter = self._future.__await__()
+                # Not the task's own ``__await__``: started for ``wf.select`` (``future``), the
+                # operation is not awaited by the code here (``_note_awaited``).
+                self._iter = asyncio.Future.__await__(self._future)
         return self._iter
 
     def __await__(self) -> Generator[Any, None, T]:
-        return self._iterator()
+        awaited = self._iterator()
+        if self._future is not None:
+            _note_awaited(self._future)
+        return awaited
 
     def future(self) -> asyncio.Future[T]:
         """Start the operation (if not yet) and return its own future, not a task around it:

@@ -199,7 +199,7 @@ class Hook(Generic[T]):
                     index += 1
                     continue
                 times = state.payload_times.get(self.op, [])
-                ctx.mark_done_at(times[index] if index < len(times) else ctx.clock.now())
+                ctx.mark_done_at(times[index] if index < len(times) else ctx.clock.now(), op)
                 return valid
             if not self._registered:
                 owner = await self._register()
