@@ -2726,3 +2726,51 @@ async def test_a_server_refusal_while_listing_streams_is_a_store_failure_not_dam
         assert await store.list_streams(run.id) == {"out": (1, False)}
     finally:
         await store.close()
+
+
+def pulled_counting(script: str) -> str:
+    """``script`` as it runs while adding up, under the key ``<prefix>pulled``, the bytes its
+    ``LRANGE`` and ``LINDEX`` calls hand it: what it took into its memory."""
+    shim = (
+        "local redis = setmetatable({pcall = function(cmd, key, ...)\n"
+        "  local found = redis.pcall(cmd, key, ...)\n"
+        "  local name, size = string.upper(cmd), 0\n"
+        "  if name == 'LRANGE' and type(found) == 'table' and not found.err then\n"
+        "    for _, item in ipairs(found) do size = size + #item end\n"
+        "  elseif name == 'LINDEX' and type(found) == 'string' then\n"
+        "    size = #found\n"
+        "  end\n"
+        "  redis.call('INCRBY', ARGV[1] .. 'pulled', size)\n"
+        "  return found\n"
+        "end}, {__index = redis})\n"
+    )
+    return shim + script
+
+
+async def test_a_batch_of_small_chunks_before_big_ones_pulls_no_more_than_one_big_chunk(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is read inside one script, which blocks the server: after many small chunks it
+    took the next ones in one go (as many as the small ones allowed), so big chunks behind them
+    were all pulled into the script to return none. It takes at most one chunk past the
+    batch."""
+    big, budget = 64 * 1024, 32 * 1024
+    sizes = [1] * 63 + [big] * 64
+    store = make(prefix)
+    client = raw_client()
+    try:
+        run = await created(store)
+        lease = await acquire(store, run.id)
+        for i, size in enumerate(sizes):
+            await lease.write_chunk("out", i, b"z" * size)
+        await lease.release()
+        monkeypatch.setattr(_scripts, "CHUNK_BATCH", pulled_counting(_scripts.CHUNK_BATCH))
+        for start, count in ((0, 63), (63, 1)):
+            client.delete(f"{prefix}pulled")
+            chunks, closed = await store.read_chunks(run.id, "out", start, max_bytes=budget)
+            assert [len(c) for c in chunks] == sizes[start : start + count] and not closed
+            pulled = int(client.get(f"{prefix}pulled") or 0)
+            assert sum(map(len, chunks)) <= pulled <= sum(map(len, chunks)) + big
+    finally:
+        client.close()
+        await store.close()

@@ -724,8 +724,10 @@ CHUNK_BATCH = (
     + """
 -- ARGV: P, id, stream, start, budget, most. Returns false (no such run) or {closed, chunk, ...}:
 -- the chunks from ``start`` while within ``budget`` bytes (the first always), at most
--- ``most``. Fetched a few at a time, more as they prove small, so that a batch of big chunks
--- is not first taken whole into the script's memory (a list gives no element's size).
+-- ``most``. Fetched one at a time: a list gives no element's size, so any chunk not yet seen
+-- may be big, and fetching several at once could pull many big chunks into the script's
+-- memory (while it blocks the server) to return none of them. One at a time pulls at most
+-- one chunk past the batch; each fetch is a cheap seek, so many small chunks stay cheap.
 local P, id, name = ARGV[1], ARGV[2], ARGV[3]
 if redis.call('EXISTS', P .. 'r:' .. id) == 0 then return false end
 local key = P .. 'sc:' .. id .. ':' .. name
@@ -738,19 +740,13 @@ local function checked(found, where)
 end
 local closed = checked(redis.pcall('HGET', P .. 'sn:' .. id, name), P .. 'sn:' .. id)
 local i, budget, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local out, size, biggest, step = {closed == '1' and 1 or 0}, 0, 0, 1
+local out, size = {closed == '1' and 1 or 0}, 0
 while #out - 1 < most do
-  local want = math.min(step, most - (#out - 1))
-  if biggest > 0 then want = math.max(1, math.min(want, math.floor((budget - size) / biggest))) end
-  local got = checked(redis.pcall('LRANGE', key, i, i + want - 1), key)
-  for _, chunk in ipairs(got) do
-    if #out > 1 and size + #chunk > budget then return out end
-    out[#out + 1] = chunk
-    size = size + #chunk
-    biggest = math.max(biggest, #chunk)
-  end
-  if #got < want then break end
-  i, step = i + want, step * 2
+  local chunk = checked(redis.pcall('LINDEX', key, i), key)
+  if not chunk then break end
+  if #out > 1 and size + #chunk > budget then break end
+  out[#out + 1] = chunk
+  size, i = size + #chunk, i + 1
 end
 return out
 """
