@@ -26,6 +26,8 @@ import abc
 import contextlib
 import dataclasses
 import enum
+import functools
+import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any, ClassVar
@@ -334,6 +336,19 @@ class HookRecord:
             )
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"its op or time is missing or not a number ({error!r})") from None
+
+
+@functools.cache
+def _reads_in_batches(store_class: type[Store]) -> bool:
+    """Whether ``store_class.read_chunks`` takes ``max_bytes``: a store written outside wf to
+    the contract before it (``read_chunks(run_id, stream, start=0)``) does not, and
+    ``stream_chunks`` reads its streams whole rather than fail every read. Looked up once a
+    class."""
+    try:
+        parameters = inspect.signature(store_class.read_chunks).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: assume the current contract
+        return True
+    return any(p.name == "max_bytes" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 def batch(chunks: Sequence[bytes], max_bytes: int | None) -> list[bytes]:
@@ -1497,9 +1512,12 @@ class Store(abc.ABC):
         index = start
         run_over = False
         while True:
-            chunks, closed = await self.read_chunks(
-                run_id, stream, index, max_bytes=STREAM_BATCH_BYTES
-            )
+            if _reads_in_batches(type(self)):
+                chunks, closed = await self.read_chunks(
+                    run_id, stream, index, max_bytes=STREAM_BATCH_BYTES
+                )
+            else:  # a store of the contract before ``max_bytes``: whole reads
+                chunks, closed = await self.read_chunks(run_id, stream, index)
             for chunk in chunks:
                 yield chunk
             index += len(chunks)

@@ -1474,6 +1474,45 @@ class StoreConformance:
         assert first[:1] == [b"aaa"]
         assert await peer.read_chunks(run.id, "missing", 0, max_bytes=6) == ([], False)
 
+    async def test_read_chunks_with_max_bytes_zero_or_negative_reads_one_chunk_at_a_time(
+        self, store: Store, peer: Store
+    ) -> None:
+        # No chunk fits such a budget, but a batch is never empty while chunks remain.
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        chunks = [b"aaa", b"b", b"cc"]
+        for index, chunk in enumerate(chunks):
+            await lease.write_chunk("out", index, chunk)
+        await lease.close_stream("out", len(chunks))
+        await lease.release()
+        for budget in (0, -1, -(10**6)):
+            for index, chunk in enumerate(chunks):
+                assert await peer.read_chunks(run.id, "out", index, max_bytes=budget) == (
+                    [chunk],
+                    True,
+                )
+            assert await peer.read_chunks(run.id, "out", 3, max_bytes=budget) == ([], True)
+
+    async def test_read_chunks_of_an_open_stream_in_batches_says_not_closed(
+        self, store: Store, peer: Store
+    ) -> None:
+        # A partial batch of a stream still being written is not its end.
+        run = record()
+        await store.create_run(run)
+        lease = await self._acquire(store, run.id)
+        for index, chunk in enumerate([b"aaaa", b"bbbb", b"cccc"]):
+            await lease.write_chunk("out", index, chunk)
+        assert await peer.read_chunks(run.id, "out", 0, max_bytes=4) == ([b"aaaa"], False)
+        assert await peer.read_chunks(run.id, "out", 1, max_bytes=100) == (
+            [b"bbbb", b"cccc"],
+            False,
+        )
+        assert await peer.read_chunks(run.id, "out", 3, max_bytes=100) == ([], False)
+        await lease.close_stream("out", 3)
+        assert await peer.read_chunks(run.id, "out", 2, max_bytes=4) == ([b"cccc"], True)
+        await lease.release()
+
     async def test_write_chunk_is_idempotent_by_index(self, store: Store) -> None:
         run = record()
         await store.create_run(run)
