@@ -68,8 +68,9 @@ _RETRIED = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 """Methods sent again when the connection fails before an answer (a kept connection the server
 dropped, a restart: ``RemoteClient.call``): the same request twice does what it does once. A
 ``POST`` is only when its caller says it is safe (``again``: a start with a run id, a cancel, a
-wake-up, a hook's payload with an idempotency key); another (a start without an id, a retry)
-fails as ``ServerUnavailable``."""
+hook's payload with an idempotency key); another (a start without an id, a retry, a wake-up,
+which ends the run's current sleeps: sent twice, it could end the next one too) fails as
+``ServerUnavailable``."""
 
 
 RIDE_OUT = 300.0
@@ -284,9 +285,9 @@ class RemoteClient:
         """One request; its JSON, or the library's error for the server's error.
 
         A request safe to send again (``_RETRIED`` methods, or ``again``: a ``POST`` the same
-        twice does what it does once, as a start with a run id, a cancel, a wake-up, a hook's
-        payload with an idempotency key) whose connection drops before the answer is sent
-        again at once (a kept connection the server closed); when the server then refuses the
+        twice does what it does once, as a start with a run id, a cancel, a hook's payload
+        with an idempotency key) whose connection drops before the answer is sent again at
+        once (a kept connection the server closed); when the server then refuses the
         connection, it restarts: the request is sent again once it answers (``Outage``, up to
         ``RIDE_OUT`` seconds, and not past ``deadline``, a ``time.monotonic()``). Another
         ``POST`` whose connection drops fails as ``ServerUnavailable`` saying it may have been
@@ -825,9 +826,10 @@ class RemoteRun(Run[Any]):
             return bool(data["sent"])
 
     async def wake_up(self, *, wait: bool = False) -> bool:
-        """End the run's current sleeps now; False if it had already ended."""
+        """End the run's current sleeps now; False if it had already ended. Not sent again
+        when its connection drops (``ServerUnavailable``): a second would end the next sleep."""
         data = await self.client.call(
-            "POST", self._path("/wake"), params={"wait": str(wait).lower()}, again=True
+            "POST", self._path("/wake"), params={"wait": str(wait).lower()}
         )
         with self.client.reading("POST /runs/{id}/wake"):
             return bool(data["sent"])

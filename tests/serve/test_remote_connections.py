@@ -299,9 +299,10 @@ async def test_a_connection_dropped_under_a_keyed_resume_is_tried_again_once(
 async def test_a_request_safe_to_send_again_cut_by_a_restart_is_sent_once_it_answers(
     configured: Counting, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A start with an id, a cancel, a wake-up: the same request twice does what it does once.
-    Cut by a restart (the server down for a while), each is sent again once the server answers
-    (``RIDE_OUT``); they failed as ``ServerUnavailable``, as a start without an id still does."""
+    """A start with an id, a cancel: the same request twice does what it does once. Cut by a
+    restart (the server down for a while), each is sent again once the server answers
+    (``RIDE_OUT``); they failed as ``ServerUnavailable``, as a start without an id and a
+    wake-up (a second would end the run's next sleep too) still do."""
     import wf._remote
 
     said: list[str] = []
@@ -312,10 +313,8 @@ async def test_a_request_safe_to_send_again_cut_by_a_restart_is_sent_once_it_ans
         sends: list[tuple[str, Any]] = [
             ("POST /api/v1/runs", lambda: wf.start(FLOW, 1, b=2, run_id="given-1")),
             ("POST /api/v1/runs/run-1/cancel", run.cancel),
-            ("POST /api/v1/runs/run-1/wake", run.wake_up),
             ("POST /api/v1/runs", lambda: admin.start(FLOW, [1, 2], run_id="given-2")),
             ("POST /api/v1/runs/run-1/cancel", lambda: admin.cancel("run-1")),
-            ("POST /api/v1/runs/run-1/wake", lambda: admin.wake("run-1")),
         ]
         for request, send in sends:
             configured.bounce_next = 0.3
@@ -327,10 +326,22 @@ async def test_a_request_safe_to_send_again_cut_by_a_restart_is_sent_once_it_ans
             assert said[0].endswith("trying again for up to 300s"), said
             assert "answers again" in said[1], said
             said.clear()
-        configured.bounce_next = 0.3
-        with pytest.raises(ServerUnavailable, match="may have been done already") as cut:
-            await admin.start(FLOW, [1, 2])  # no id: a second start is another run
-        assert "cannot reach the wf server" in str(cut.value)
+        unsafe: list[Any] = [
+            lambda: admin.start(FLOW, [1, 2]),  # no id: a second start is another run
+            run.wake_up,  # a second ends the run's next sleep too
+            lambda: admin.wake("run-1"),
+        ]
+        remote: Any = getattr(admin, "remote")  # noqa: B009 (the HttpAdmin's client)
+
+        async def listed() -> Any:
+            return await remote.call("GET", "/runs")
+
+        for send in unsafe:
+            configured.bounce_next = 0.3
+            with pytest.raises(ServerUnavailable, match="may have been done already") as cut:
+                await send()
+            assert "cannot reach the wf server" in str(cut.value)
+            await remote.riding_out(listed)  # the rest of the restart
 
 
 async def test_a_result_rides_out_a_restart_no_longer_than_its_timeout(

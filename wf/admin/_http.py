@@ -271,9 +271,8 @@ class HttpAdmin:
         return dataclasses.replace(result, status=record.status.value)
 
     async def wake(self, run_id: str, *, wait: bool = False) -> ControlResult:
-        answer = await self.remote.call(
-            "POST", _path(run_id, "/wake"), params={"wait": "false"}, again=True
-        )
+        # Not sent again when cut (a second would end the run's next sleep too).
+        answer = await self.remote.call("POST", _path(run_id, "/wake"), params={"wait": "false"})
         with self.remote.reading("POST /runs/{id}/wake"):
             refused = answer.get("refused")
             result = ControlResult(
