@@ -784,7 +784,13 @@ class RemoteRun(Run[Any]):
             )
 
         while True:
-            data = await self.client.riding_out(poll, deadline=deadline)
+            try:
+                data = await self.client.riding_out(poll, deadline=deadline)
+            except ServerUnavailable as exc:
+                if deadline is not None and time.monotonic() >= deadline:
+                    # Down at the deadline: the timeout is what the caller asked about.
+                    raise TimeoutError(f"run {self.id} did not finish within {timeout} s") from exc
+                raise
             with self.client.reading("GET /runs/{id}/result"):
                 status = data["status"]
             if status == "completed":
@@ -882,8 +888,9 @@ class RemoteRun(Run[Any]):
         while True:
             told = 0
             try:
-                async for event in self._watch_once():
-                    outage.answered()
+                # Opened again, it reads the journal even of a run that ended meanwhile: the
+                # events of the outage come before the terminal one.
+                async for event in self._watch_once(outage.answered, replay=seen > 0):
                     told += 1
                     if told <= seen and not event.is_terminal:
                         continue
@@ -898,21 +905,33 @@ class RemoteRun(Run[Any]):
                 continue
             await outage.failed(feed_ended(self.client))
 
-    async def _watch_once(self) -> AsyncIterator[RunEvent]:
+    async def _watch_once(
+        self, answered: Callable[[], None], *, replay: bool = False
+    ) -> AsyncIterator[RunEvent]:
         """``watch`` over one opening of the run's feed, from the run's first event; it ends
-        when the server ends the feed. ``ServerUnavailable`` when it cannot be reached or
+        when the server ends the feed. ``answered()`` once the server answers. A run ended
+        already tells its outcome only, or with ``replay`` its journal (a watch opened again
+        after an outage the run ended in). ``ServerUnavailable`` when it cannot be reached or
         drops the connection."""
         import json
 
         import httpx
 
-        from wf.engine._watch import _from_record, events_of
+        from wf.engine._watch import _from_record
 
         record = await self.record()
+        answered()
+        seen = 0
         if record.status.is_terminal:  # as a local run's watch: its outcome only
+            more = replay
+            while more:
+                found_events, seen, more = await self._events_page(seen)
+                for found in found_events:
+                    yield found
+                    if found.is_terminal:
+                        return
             yield _from_record(record)
             return
-        seen = 0
         params = {"run": self.id}
         # The server sends a keep-alive every 15 s: a read waits that long, and the answer's
         # own time (``WF_TIMEOUT``) more.
@@ -932,12 +951,7 @@ class RemoteRun(Run[Any]):
                     while more:
                         # Only what the journal gained, a page at a time: the run's whole
                         # document (18 MB for 30,000 steps) once per change would not do.
-                        page = await self.client.call(
-                            "GET", self._path("/events"), params={"start": seen}
-                        )
-                        with self.client.reading("GET /runs/{id}/events"):
-                            found_events = events_of(self.id, page["events"])
-                            seen, more = page["next_start"], page["more"]
+                        found_events, seen, more = await self._events_page(seen)
                         for found in found_events:
                             yield found
                             if found.is_terminal:
@@ -946,6 +960,16 @@ class RemoteRun(Run[Any]):
             raise self.client.unreachable(exc, None) from None  # dropped: the server stops
         except httpx.TransportError as exc:
             raise self.client.unreachable(exc, self.client.timeout) from None
+
+    async def _events_page(self, start: int) -> tuple[list[RunEvent], int, bool]:
+        """The run's journal events from ``start``, a page: the events, where the next page
+        starts, and whether there is more."""
+        from wf.engine._watch import events_of
+
+        page = await self.client.call("GET", self._path("/events"), params={"start": start})
+        with self.client.reading("GET /runs/{id}/events"):
+            found = list(events_of(self.id, page["events"]))
+            return found, int(page["next_start"]), bool(page["more"])
 
     async def retry(self) -> None:
         """Queue one more attempt of a failed run (``UsageError`` if it has not failed)."""

@@ -96,3 +96,57 @@ async def test_a_wake_up_cut_by_a_restart_is_not_sent_again(
     assert [line for line in proxy.log if line.startswith("POST")] == [
         f"POST /api/v1/runs/{run_id}/wake?wait=false"
     ], proxy.log
+
+
+async def test_a_watch_across_a_restart_the_run_ended_in_tells_the_outage_s_events(
+    served: Served, proxy: CuttingProxy, said: list[str]
+) -> None:
+    """The run ends while the server is down: the reopened watch tells the events the run
+    recorded meanwhile before the terminal one (it told the terminal one alone)."""
+    await _start(served, "skip-1", "ticks", input=8)
+    kinds: list[str] = []
+    async for event in wf.get_run("skip-1").watch():
+        kinds.append(event.kind)
+        if kinds.count("progress") == 1:
+            proxy.bounce_soon(4.0)  # down while the other 7 steps run (0.3 s each)
+    assert kinds.count("progress") == 8, kinds
+    assert kinds[-1] == "completed", kinds
+    assert "answers again" in said[-1], said
+
+
+async def test_a_quiet_watch_rides_out_a_second_restart(
+    served: Served, proxy: CuttingProxy, said: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that tells no event (delayed): the server answering again resets the ride-out,
+    so a second restart later than ``RIDE_OUT`` after the first is ridden out too (it
+    raised at once)."""
+    monkeypatch.setattr(wf._remote, "RIDE_OUT", 2.0)
+    await _start(served, "quiet-1", "ticks", input=1, options={"delay": 3600})
+
+    async def restarts() -> None:
+        await asyncio.sleep(0.5)
+        await proxy.bounce(0.5)
+        await asyncio.sleep(3.0)  # answering, longer than RIDE_OUT
+        await proxy.bounce(0.5)
+        await asyncio.sleep(1.5)
+        cancelled = await asyncio.to_thread(
+            httpx.post, f"{served.url}/api/v1/runs/quiet-1/cancel", timeout=30
+        )
+        assert cancelled.status_code == 200, cancelled.text
+
+    restarting = asyncio.create_task(restarts())
+    kinds = [event.kind async for event in wf.get_run("quiet-1").watch()]
+    await restarting
+    assert kinds[-1] == "cancelled", kinds
+    assert sum("answers again" in line for line in said) == 2, said
+
+
+def test_a_cli_call_puts_the_ride_out_s_lines_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI says a ride-out on its stderr for its own call only: a program's follows after
+    an in-process ``wf`` call log ``wf.remote`` warnings again (they went to stderr)."""
+    from wf.cli._app import run_app
+
+    monkeypatch.setenv("WF_URL", f"http://127.0.0.1:{free_port()}")
+    assert wf._remote.say_outage is None
+    assert run_app(["runs"]) == 3  # nobody answers
+    assert wf._remote.say_outage is None

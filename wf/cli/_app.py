@@ -187,6 +187,19 @@ def run_app(args: Sequence[str]) -> int:
     the safety net for anything that escapes, so a user never sees a traceback by default.
     """
     args = list(args)
+    # The CLI says a ride-out on its stderr for this call only (``build_app``): a program that
+    # runs a command in-process gets its ``wf.remote`` warnings back afterwards.
+    remote = sys.modules.get("wf._remote")
+    said_before = getattr(remote, "say_outage", None)
+    try:
+        return _run_app(args)
+    finally:
+        remote = sys.modules.get("wf._remote")
+        if remote is not None:
+            remote.say_outage = said_before  # type: ignore[attr-defined]
+
+
+def _run_app(args: list[str]) -> int:
     # The command named first is the one that runs: build only it. Anything else (an option
     # first, a misspelt name, which gets Click's "did you mean") gets the whole app.
     try:
