@@ -292,6 +292,23 @@ class RemoteClient:
         ``RIDE_OUT`` seconds, and not past ``deadline``, a ``time.monotonic()``). Another
         ``POST`` whose connection drops fails as ``ServerUnavailable`` saying it may have been
         done."""
+        answer, _ = await self.call_resent(
+            method, path, timeout=timeout, again=again, deadline=deadline, **kwargs
+        )
+        return answer
+
+    async def call_resent(
+        self,
+        method: str,
+        path: str,
+        *,
+        timeout: float | None = None,
+        again: bool = False,
+        deadline: float | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, bool]:
+        """``call``'s answer, and whether it answers a request sent again after a restart cut
+        it: the first send may have been done, so "nothing to do" can mean "done already"."""
         import httpx
 
         if "json" in kwargs:  # encoded here: a lone surrogate goes as its JSON escape
@@ -341,7 +358,7 @@ class RemoteClient:
                 self.reached = True
                 if outage is not None:
                     outage.answered()
-                return _answer(response, self)
+                return _answer(response, self), outage is not None
             try:
                 await outage.failed(failure)  # raises a timeout, and past RIDE_OUT
             except ServerUnavailable:
@@ -574,6 +591,12 @@ def feed_ended(client: RemoteClient) -> ServerUnavailable:
     error = ServerUnavailable(f"the wf server at {client.url} ended the run's feed early")
     error.unreached = error.ended = True
     return error
+
+
+def say_done_again(request: str) -> None:
+    """Say that ``request``, sent again after a restart cut it, found it done (by the first
+    send): it is read as done, not as "nothing was done"."""
+    _say(f"{request} was sent again after a restart; it had been done")
 
 
 def _say(line: str) -> None:
@@ -823,13 +846,18 @@ class RemoteRun(Run[Any]):
     async def cancel(self, *, wait: bool = False, children: bool = False) -> bool:
         """Ask the run to stop; False if it had already ended."""
         params = {"wait": str(wait).lower(), "children": str(children).lower()}
-        data = await self.client.call(
+        data, resent = await self.client.call_resent(
             "POST", self._path("/cancel"), params=params, timeout=None if wait else 60, again=True
         )
         with self.client.reading("POST /runs/{id}/cancel"):
-            if "runs" in data:
-                return bool(data["runs"] and data["runs"][0]["sent"])
-            return bool(data["sent"])
+            answer = (
+                (data["runs"] or [{"sent": False, "status": None}])[0] if "runs" in data else data
+            )
+            sent, status = bool(answer["sent"]), answer["status"]
+        if resent and not sent and status == "cancelled":
+            say_done_again(f"POST /runs/{self.id}/cancel")  # the first send cancelled it
+            return True
+        return sent
 
     async def wake_up(self, *, wait: bool = False) -> bool:
         """End the run's current sleeps now; False if it had already ended. Not sent again

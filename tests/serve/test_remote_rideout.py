@@ -150,3 +150,29 @@ def test_a_cli_call_puts_the_ride_out_s_lines_back(monkeypatch: pytest.MonkeyPat
     assert wf._remote.say_outage is None
     assert run_app(["runs"]) == 3  # nobody answers
     assert wf._remote.say_outage is None
+
+
+@pytest.mark.parametrize("how", ["run.cancel", "admin.cancel", "admin.remove_schedule"])
+async def test_a_request_sent_again_after_it_was_done_says_it_was_done(
+    served: Served, proxy: CuttingProxy, said: list[str], how: str
+) -> None:
+    """Applied, cut, and sent again after the restart, a cancel or a schedule's removal
+    answers that nothing was left to do: the first send did it (it answered "had already
+    ended" and "no schedule")."""
+    run_id = f"again-{how}"
+    await _start(served, run_id, "two_sleeps")
+    await _until(served, run_id, "suspended")
+    async with wf.admin.connect() as admin:
+        if how == "run.cancel":
+            proxy.cut(f"POST /api/v1/runs/{run_id}/cancel", 1.0)
+            assert await wf.get_run(run_id).cancel() is True
+        elif how == "admin.cancel":
+            proxy.cut(f"POST /api/v1/runs/{run_id}/cancel", 1.0)
+            [result] = await admin.cancel(run_id)
+            assert result.sent, result
+            assert result.status == "cancelled", result
+        else:
+            await admin.set_schedule(run_id, f"{FLOWS}:ticks", input=1, cron="0 * * * *")
+            proxy.cut(f"DELETE /api/v1/schedules/{run_id}", 1.0)
+            assert await admin.remove_schedule(run_id) is True
+    assert any("was sent again after a restart; it had been done" in line for line in said), said

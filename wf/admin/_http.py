@@ -242,7 +242,7 @@ class HttpAdmin:
         params = {"wait": str(wait).lower()}
         if children:
             params["children"] = "true"
-        answer = await self.remote.call(
+        answer, resent = await self.remote.call_resent(
             "POST", _path(run_id, "/cancel"), params=params, timeout=None, again=True
         )
         with self.remote.reading("POST /runs/{id}/cancel"):
@@ -255,6 +255,14 @@ class HttpAdmin:
                     damaged=tuple(_fault(f) for f in r.get("damaged") or ()),
                 )
                 for r in runs
+            ]
+        if resent and any(not r.sent and r.status == "cancelled" for r in results):
+            from wf._remote import say_done_again
+
+            # Sent again after a restart cut it: the first send cancelled them.
+            say_done_again(f"POST /runs/{run_id}/cancel")
+            results = [
+                dataclasses.replace(r, sent=True) if r.status == "cancelled" else r for r in results
             ]
         if wait:
             # The server waits at most 300 s (and not past its own shutdown): follow the rest.
@@ -571,9 +579,15 @@ class HttpAdmin:
             return Schedule.from_json(answer)
 
     async def remove_schedule(self, schedule_id: str) -> bool:
-        answer = await self.remote.call("DELETE", _schedule_path(schedule_id))
+        answer, resent = await self.remote.call_resent("DELETE", _schedule_path(schedule_id))
         with self.remote.reading("DELETE /schedules/{id}"):
-            return bool(answer["removed"])
+            removed = bool(answer["removed"])
+        if resent and not removed:
+            from wf._remote import say_done_again
+
+            say_done_again(f"DELETE /schedules/{schedule_id}")  # the first send removed it
+            return True
+        return removed
 
     async def pause_schedule(self, schedule_id: str) -> Schedule | None:
         return await self._schedule_switch(schedule_id, "pause")
