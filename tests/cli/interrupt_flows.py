@@ -38,6 +38,21 @@ async def fragile_sync() -> int:
     return await work(0)
 
 
+@wf.step
+async def stop_the_loop() -> str:
+    """Stops its worker's event loop under it (its process then ends: a death of the run,
+    though ``asyncio.run`` cancels the drive as it tears down)."""
+    asyncio.get_running_loop().stop()
+    await asyncio.sleep(5)
+    return "done"
+
+
+@wf.workflow(max_recoveries=1)
+async def loop_stopper() -> str:
+    """A poison pill: every worker that drives it ends in its step."""
+    return await stop_the_loop()
+
+
 async def _program(run_id: str) -> None:
     """Start the run (driven here) and return once its step runs: ``asyncio.run`` then cancels
     the drive, as any program that ends while its run is in a step does."""

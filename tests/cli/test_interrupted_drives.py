@@ -128,3 +128,19 @@ def test_a_second_ctrl_c_exits_at_once_while_the_drive_ends(project: Project) ->
     assert proc.returncode == 130, said + err
     assert "SIGINT again: exiting now" in err, said + err
     assert took < 1.5, took
+
+
+def test_a_step_that_stops_its_workers_loop_still_fails_stalled(project: Project) -> None:
+    """``asyncio.run`` cancels the drive as it tears down the stopped loop; the worker's own
+    code had not returned: its end is a death each time (the run had stayed running for ever,
+    each worker's end noted as an interruption)."""
+    queued = project.wf("run", "tests.cli.interrupt_flows:loop_stopper", "--id", "p", "--detach")
+    assert queued.returncode == 0, queued.stderr
+    for _ in range(4):  # max_recoveries=1: the second worker fails it at the latest
+        project.wf("worker", "--until-idle", "--poll", "0.2")
+        if project.status("p") != "running":
+            break
+    run = dict(project.gather("p")["run"])
+    assert run["status"] == "failed", run
+    assert "wf.RunStalled" in str(run["error"]), run
+    assert "interrupted" not in [e.get("reason") for e in events(project, "p")]

@@ -135,3 +135,38 @@ async def test_a_store_that_cannot_take_the_note_in_time_does_not_hold_up_the_en
     async with TestEngine(store, MockClock()) as engine:
         ended = await engine.drive_soon(run.id)
     assert ended is not None and (ended.error or {}).get("type") == "wf.RunStalled", ended
+
+
+@wf.step
+async def first() -> int:
+    return 1
+
+
+@wf.workflow(max_recoveries=2)
+async def cancels_itself() -> int:
+    """Cancels its own task after a step: its code ends the drive, not its process."""
+    await first()
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    return await first()
+
+
+async def test_a_workflow_that_cancels_its_own_task_still_fails_stalled(
+    wf_engine: TestEngine,
+) -> None:
+    """The drive's own task was never cancelled: no interruption, a death each time (it
+    had looped for ever, noting one interruption after another)."""
+    run = await wf.start(cancels_itself, detach=True)
+    ended = None
+    for _ in range(5):  # max_recoveries=2: it fails at the third drive at the latest
+        driver = wf_engine.drive_soon(run.id)
+        await asyncio.wait([driver], timeout=10)
+        assert driver.done()
+        if not driver.cancelled() and driver.exception() is None:
+            ended = driver.result()
+            if ended is not None and ended.status.is_terminal:
+                break
+    journal = await wf_engine.store.read_journal(run.id)
+    assert "interrupted" not in [e.get("reason") for e in journal]
+    assert ended is not None and (ended.error or {}).get("type") == "wf.RunStalled", ended

@@ -195,6 +195,33 @@ INTERRUPTED = (
 """The ``error`` words of an interrupted drive's note."""
 
 
+drive_owner: contextvars.ContextVar[asyncio.Task[Any] | None] = contextvars.ContextVar(
+    "drive_owner", default=None
+)
+"""The task that asked for the drive (``Engine.drive_soon``): a program's main, a worker's
+loop. Set in the drive's own context."""
+
+
+def ended_on_purpose(engine: EngineLike) -> bool:
+    """Whether the drive now ending cancelled was ended on purpose by its process, so that no
+    driver counts it as a death (``_note_interrupted``).
+
+    Only a drive whose own task was cancelled: a workflow that cancels its own task ends its
+    drive by its code, a death each time (else a run that does so every time would be driven
+    for ever). Then, the engine closing (``Engine.aclose``: Ctrl-C or SIGTERM of ``wf run``, a
+    worker's stop), or anyone else's cancel of the drive, but one: ``asyncio.run`` tearing
+    down a loop that stopped while the task that asked for the drive was still running (a
+    step stopped the loop, or it died of an error), which cancels that task too. A program
+    that returned has that task done."""
+    task = asyncio.current_task()
+    if task is None or not task.cancelling():
+        return False
+    if engine.closing:
+        return True
+    owner = drive_owner.get()
+    return owner is None or owner is task or owner.done() or not owner.cancelling()
+
+
 async def _note_interrupted(engine: EngineLike, ctx: RunContext) -> None:
     """The drive's task was cancelled (not to suspend or evict the run, nor for a lost lease):
     its process ends it on purpose (``Engine.aclose`` on Ctrl-C or SIGTERM of ``wf run``,
@@ -468,6 +495,8 @@ async def _drive_live(
         failure.drive = ctx.drive_token
         raise
     except asyncio.CancelledError:
+        if not ended_on_purpose(engine):
+            raise  # the workflow's code cancelled it, or the loop died under the process
         try:
             await _note_interrupted(engine, ctx)
         except (KeyboardInterrupt, SystemExit):

@@ -39,7 +39,7 @@ from wf.engine._context import RunContext, current_run
 from wf.engine._current import current_engine
 from wf.engine._deployment import deployment_of
 from wf.engine._deployments import check_deployment
-from wf.engine._driver import drive
+from wf.engine._driver import drive, drive_owner
 from wf.engine._features import Features
 from wf.engine._futures import in_run
 from wf.engine._hooks import HOOK_FEATURE
@@ -203,6 +203,7 @@ class Engine:
         to that id and unpinned ones; a run pinned elsewhere is left to that deployment's
         workers, as a run another process drives is (``drives_pin``)."""
         self.draining = False
+        self.closing = False
         """Set while a worker drains: drivers that have not started their workflow yet leave
         the run due instead of starting it on code that is about to be replaced."""
         self.drivers: dict[str, asyncio.Task[RunRecord | None]] = {}
@@ -350,6 +351,9 @@ class Engine:
             context = contextvars.copy_context()
             context.run(in_run.set, False)
             loop = asyncio.get_running_loop()
+            # Who asked: a drive cancelled as ``asyncio.run`` tears down a loop that stopped
+            # under that task is no interruption (``ended_on_purpose``).
+            context.run(drive_owner.set, asyncio.current_task(loop))
             task = loop.create_task(self._drive(run_id, lease, loop), context=context)
             # Also when the task is cancelled before it ever ran (its ``finally`` never runs):
             # an entry left behind would keep every worker of this process off the run.
@@ -418,10 +422,14 @@ class Engine:
             finally:
                 self.draining = was_draining
             tasks = list(pending)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
+        self.closing = True  # the drives cancelled now are ended on purpose (no deaths)
+        try:
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                await asyncio.wait(tasks, timeout=timeout)
+        finally:
+            self.closing = False
 
     async def __aenter__(self) -> Self:
         return self

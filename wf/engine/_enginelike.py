@@ -43,6 +43,8 @@ class EngineLike(Protocol):
     drive_gate: DriveGate
     """Drives share it; a suspect run's drive takes it alone (``wf.engine._alone``)."""
     draining: bool
+    closing: bool
+    """Set while ``Engine.aclose`` ends this process's drives: each is ended on purpose."""
     drivers: dict[str, asyncio.Task[RunRecord | None]]
     max_drivers: int | None
     """Runs driven here at once, at most (a worker's concurrency; None: no bound)."""
