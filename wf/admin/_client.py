@@ -485,7 +485,8 @@ class LocalAdmin:
     def drive(self, run_id: str) -> asyncio.Task[Any] | None:
         """Drive the run in this process unless it is driven here already (as ``Run.cancel``
         does), so that a run given a hook payload moves without a worker; the task that
-        drives it here. Abandoned, as a crash would leave it, when the client's block ends."""
+        drives it here. Abandoned (interrupted on purpose: no death) when the client's block
+        ends."""
         engine = self.engine
         if run_id not in engine.live and run_id not in engine.drivers:
             engine.drive_soon(run_id)
@@ -674,8 +675,8 @@ async def local(
     store: Store | None = None, *, on_crossing: Callable[[RunRecord], None] | None = None
 ) -> AsyncIterator[LocalAdmin]:
     """A ``LocalAdmin`` on ``store`` (default: the configured one, ``wf._config``), with an
-    engine current within the block. On leaving, drives this process began are abandoned the
-    way a crash would leave them (the next worker resumes them) and a store opened here is
+    engine current within the block. On leaving, drives this process began are abandoned, each
+    noted as interrupted on purpose (the next worker resumes them) and a store opened here is
     closed. ``on_crossing`` is told of each run it drives that is pinned to another
     deployment than the configured one."""
     from wf._config import default_store

@@ -406,8 +406,9 @@ class Engine:
 
         With ``grace`` > 0 the live runs are first asked to stop at their next durable
         operation (a running step finishes) for up to ``grace`` seconds, as a draining worker
-        does. Drivers still running then are abandoned, the way a crash would leave them: the
-        journal holds everything they recorded. ``timeout`` bounds the wait for the abandoned
+        does. Drivers still running then are cancelled: each notes in the journal that it was
+        interrupted on purpose (no death of its run, ``max_recoveries``), within a second, and
+        the journal holds everything they recorded. ``timeout`` bounds the wait for the abandoned
         ones (a step in a thread cannot be interrupted); None waits for them all.
         """
         tasks = [t for t in self.drivers.values() if not t.done()]

@@ -5,8 +5,9 @@ action is one of its methods, so the screens read and act on the same runs, in t
 (``LocalAdmin``) or through a ``wf serve`` (``HttpAdmin``, ``WF_URL``). With the store here,
 cancel and wake (which, like ``wf cancel``, drive the run in this process when no other
 process does) and a hook payload (then driven here too, so it moves without a worker) start
-drives in this process: they are abandoned when the app exits, exactly what a crash would do,
-which the journal makes safe: the next worker finishes them. A server drives its runs itself.
+drives in this process: they are abandoned when the app exits, each noted as interrupted on
+purpose (no death of its run), which the journal makes safe: the next worker finishes them. A
+server drives its runs itself.
 
 Notifications carry recorded text (hook tokens, errors): they are sent with ``markup=False``
 (``_say``), their control characters shown, or ``[@click=...]`` in an error would be an action.
@@ -98,7 +99,7 @@ class InspectApp(App[None]):
         self.push_screen(RunScreen(run_id))
 
     async def on_unmount(self) -> None:
-        """Leave runs this process drives to the workers (as a crash would) and close up."""
+        """Leave runs this process drives to the workers (interrupted on purpose) and close up."""
         if not self._owns_engine or not isinstance(self.client, LocalAdmin):
             return
         await self.client.engine.aclose()
