@@ -7,7 +7,7 @@ import contextlib
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -23,6 +23,8 @@ from wf.cli._errors import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from wf import Run, RunRecord
     from wf._interrupts import StopSignals
     from wf.admin import Admin, LocalAdmin, RunRequest
@@ -407,7 +409,7 @@ async def _wait_with_view(
             following.cancel()
             stopper.cancel()
             # Bounded: a view that failed to stop must not keep Ctrl-C from ending the command.
-            await asyncio.wait({following}, timeout=1.0)
+            await asyncio.wait({following}, timeout=EXIT_STEP)
             if following.done() and not following.cancelled():
                 following.exception()  # retrieved: the view's own error is not the outcome
         if left is None and not waiting.done():
@@ -585,8 +587,7 @@ async def _left_to(client: LocalAdmin, run_id: str) -> str:
     from wf.admin._words import waiting_text
 
     with contextlib.suppress(Exception):
-        async with asyncio.timeout(1.0):
-            explained = await client.explain(run_id)
+        explained = await _within(client.explain(run_id), EXIT_STEP)
         waits = explained.waiting_for or []
         if (
             explained.status == "suspended"
@@ -601,6 +602,32 @@ async def _left_to(client: LocalAdmin, run_id: str) -> str:
     return f"run {run_id} continues durably; `wf worker` will finish it"
 
 
+T = TypeVar("T")
+
+EXIT_STEP = 0.5
+"""Seconds each part of ``wf run``'s exit at Ctrl-C or SIGTERM may take: the view's end, the
+words on who finishes the run, the store's close, and three of them for the drive's end:
+3 s from the signal to the exit, whatever the store does."""
+
+
+async def _within(work: Awaitable[T], seconds: float) -> T:
+    """``work``'s result within ``seconds``, else ``TimeoutError`` at once: it is cancelled
+    and left, not waited for (``asyncio.timeout`` waits for a cancellation to end, which
+    psycopg's handling of a frozen server holds for seconds)."""
+    task = asyncio.ensure_future(work)
+    await asyncio.wait({task}, timeout=seconds)
+    if not task.done():
+        task.cancel()
+        task.add_done_callback(_retrieved)
+        raise TimeoutError
+    return task.result()
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # its error comes too late to matter
+
+
 async def _interrupted(client: LocalAdmin, run_id: str) -> NoReturn:
     """Ctrl-C or SIGTERM: leave the run to the store and exit now. The drive notes that it
     was interrupted (``drive_failed``), so that its end is not counted as its process's death
@@ -610,9 +637,9 @@ async def _interrupted(client: LocalAdmin, run_id: str) -> NoReturn:
     # Give the driver a moment to note its end, release the run and flush its journal; a step
     # still running in a thread cannot be stopped, so rather than wait for it the process ends
     # below (the run is safe: a crash at any point is recovered from the journal).
-    await client.engine.aclose(timeout=2.0)
+    await client.engine.aclose(timeout=3 * EXIT_STEP)
     with contextlib.suppress(Exception):
-        async with asyncio.timeout(1.0):
-            await client.store.close()
+        # A store that hangs (PostgreSQL frozen) is left as it is: the process ends anyway.
+        await _within(client.store.close(), EXIT_STEP)
     sys.stdout.flush()
     os._exit(EXIT_INTERRUPTED)
