@@ -102,6 +102,7 @@ async def test_the_events_format_writes_json_lines_and_the_run_result() -> None:
         ),
         ({"call_del": True}, "The result is deleted notes.txt.", True),
         ({"approved": True}, "The result is deleted notes.txt.", True),  # was: a call id
+        ({"approved": True, "by": "alice"}, "The result is deleted notes.txt.", True),  # audit
     ],
 )
 async def test_a_tool_that_needs_approval_waits_on_a_hook(

@@ -15,7 +15,13 @@ suspends on the hook, holding no process, until a decision arrives::
 A payload that is not a decision is refused to the sender (the hook is typed), and the run keeps
 waiting; so is a per-call map naming a call id that is not pending (or none): the run refuses it
 as it takes it in (``wf hook resume`` exits 2 naming the pending ids), and waits on. A
-denial's ``message`` is what the model is told. The agent run then continues with the
+denial's ``message`` is what the model is told; other keys of a decision (``"by": "alice"``) are
+kept in the journal and otherwise ignored.
+
+A run whose first approval wait was recorded before this reading (wf 8a5d24a1 and earlier: no
+``APPROVALS_CHANGE`` marker in its journal) keeps the reading it ran with, so it replays as it
+ran: ``{"approved": true}`` is a map naming a call "approved", and a map naming no pending call
+is taken (the calls it does not name are denied), not refused. The agent run then continues with the
 approved calls executed — one durable run, however long the wait.
 """
 
@@ -36,6 +42,8 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunCont
 
 from wf.ai._durability import hook_payload_type
 from wf.ai._stream import StreamFormat, write_line
+from wf.engine._context import current_run
+from wf.engine._patch import patched
 
 logger = logging.getLogger("wf.ai")
 
@@ -43,8 +51,9 @@ logger = logging.getLogger("wf.ai")
 class Decision(BaseModel):
     """Approve or deny; ``message`` tells the model why a call was denied."""
 
-    # Any other key makes the payload a map of call ids (where the run refuses ids not pending).
-    model_config = ConfigDict(extra="forbid")
+    # Other keys (audit fields: "by") are kept, not refused: they were taken before, and a map
+    # of call ids is told by its lacking "approved" (``ApprovalPayload`` tries a decision first).
+    model_config = ConfigDict(extra="allow")
 
     approved: bool
     message: str | None = None
@@ -58,6 +67,37 @@ class ApprovalPayload(
     """What ``wf hook resume`` sends to an approval hook: one decision for every pending call
     (``true``, ``false``, ``{"approved": ..., "message": ...}``), or a decision per tool call id.
     Read in that order: ``{"approved": true}`` is a decision, never a call named "approved"."""
+
+
+APPROVALS_CHANGE = "wf.ai.approvals.decision-first"
+"""The ``wf.patched`` change id a run records at its first approval wait: the run reads decisions
+as ``ApprovalPayload`` says and refuses a map naming no pending call. A run recorded without it
+keeps the earlier reading (``_LegacyPayload``, nothing refused)."""
+
+
+class _LegacyPayload(
+    RootModel[bool | Decision | dict[str, bool | Decision]]  # pydantic's "smart" union
+):
+    """How wf read a decision before ``APPROVALS_CHANGE``: a JSON object whose values are all
+    booleans or decisions was a map of call ids (``{"approved": true}`` named a call)."""
+
+
+def _legacy(payload: Any) -> bool | Decision | dict[str, bool | Decision]:
+    """``payload`` (as the hook gives it) read the earlier way, from the JSON it was sent as."""
+    value = payload.root if isinstance(payload, ApprovalPayload) else payload
+    if isinstance(value, Decision):
+        value = value.model_dump(mode="json", exclude_unset=True)
+    elif isinstance(value, dict):
+        value = {
+            k: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, Decision) else v
+            for k, v in value.items()
+        }
+    return _LegacyPayload.model_validate(value).root
+
+
+def _new_reading() -> bool:
+    """Whether this run reads decisions as ``ApprovalPayload`` does (see ``APPROVALS_CHANGE``)."""
+    return current_run() is None or patched(APPROVALS_CHANGE)
 
 
 def _denied(decision: bool | Decision) -> ToolDenied | None:
@@ -84,9 +124,12 @@ def refuse_unknown_calls(requests: DeferredToolRequests, payload: Any) -> None:
         )
 
 
-def decide(requests: DeferredToolRequests, payload: Any) -> DeferredToolResults:
-    """The results a decision payload gives the pending approvals (undecided calls are denied)."""
-    value = ApprovalPayload.model_validate(payload).root
+def decide(
+    requests: DeferredToolRequests, payload: Any, *, legacy: bool = False
+) -> DeferredToolResults:
+    """The results a decision payload gives the pending approvals (undecided calls are denied);
+    ``legacy``: read as before ``APPROVALS_CHANGE``."""
+    value = _legacy(payload) if legacy else ApprovalPayload.model_validate(payload).root
     approvals: dict[str, bool | Any] = {}
     for call in requests.approvals:
         if isinstance(value, dict):
@@ -135,8 +178,9 @@ class HookApprovals(AbstractCapability[Any]):
         async def announce(token: str) -> None:
             await self._announce(token, pending)
 
+        new = _new_reading()
         try:
-            refuse = functools.partial(refuse_unknown_calls, requests)
+            refuse = functools.partial(refuse_unknown_calls, requests) if new else None
             with hook_payload_type(ApprovalPayload, refuse):
                 payload = await wait_for_external_event(
                     self.name, ask=announce, timeout=self.timeout
@@ -146,7 +190,7 @@ class HookApprovals(AbstractCapability[Any]):
             return requests.build_results(
                 approvals={c.tool_call_id: ToolDenied(message) for c in requests.approvals}
             )
-        return decide(requests, payload)
+        return decide(requests, payload, legacy=not new)
 
     async def _announce(self, token: str, pending: list[dict[str, Any]]) -> None:
         resume = f"wf hook resume {token} --data true"
