@@ -273,7 +273,25 @@ class _Flows:
         """``await asyncio.gather(*calls)`` over operations made before (``calls = [...]``)."""
         if not isinstance(value, ast.Call) or resolve_expr(value.func, scope) not in _GATHERS:
             return False
-        return any(isinstance(a, ast.Name) or _starred_name(a) is not None for a in value.args)
+        return any(self.made_durably(a, scope) for a in value.args)
+
+    def made_durably(self, arg: ast.expr, scope: Scope) -> bool:
+        """Whether ``arg`` (``xs`` or ``*xs``) of a gather names operations made before: the
+        calls the name was bound to (or the list collected) start one; a name whose values are
+        not known here is taken to (a task handed in)."""
+        starred = _starred_name(arg)
+        if starred is not None:
+            made = _collected(starred, scope)
+        elif isinstance(arg, ast.Name):
+            owner = binding_scope(arg.id, scope)
+            made = []
+            if owner is not None and arg.id not in owner.params:
+                made = [v for v in owner.bindings.get(arg.id, []) if v is not None]
+        else:
+            return False
+        if not made:
+            return True
+        return any(self.expr(e, scope).starts or self.expr(e, scope).waits for e in made)
 
     def is_hook(self, expr: ast.expr, scope: Scope) -> bool:
         """``async for x in hook`` over ``hook = wf.create_hook(...)`` (or the call itself)."""
