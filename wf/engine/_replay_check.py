@@ -16,14 +16,14 @@ import ctypes
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any, cast
 
 from wf._exceptions import NondeterminismError, StoreCorrupted, StoreError, WFError
 from wf.engine._context import ReplayFrontier, RunContext, Suspending
 from wf.engine._driver import _run_workflow, recorded_outcome
 from wf.engine._engine import Engine
-from wf.engine._workflow import resolve_workflow
+from wf.engine._workflow import resolve_workflow_off_loop
 from wf.store import (
     Deleted,
     Event,
@@ -282,13 +282,17 @@ class _ReadOnlyStore(Store):
         return None  # the real store belongs to the caller
 
 
-async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> ReplayReport:
+async def check_run(
+    store: Store, run_id: str, *, timeout: float = 10.0, _pool: _Replayers | None = None
+) -> ReplayReport:
     """Replay one stored run against the code loaded in this process.
 
     A run whose stored record or journal is damaged (``StoreCorrupted``) is reported ``error``
     with the store's message, not raised: one bad run must not stop the check of the others.
-    The replay runs in a thread of its own (``_ReplayThread``) and has ``timeout`` seconds of
-    its own to settle, whatever other replays do meanwhile.
+    The workflow's module is imported first (bounded by ``IMPORT_BOUND``, not by ``timeout``);
+    then the replay runs on a replay thread of its own (``_Replayers``) and has ``timeout``
+    seconds to settle. A replay that does not is that run's ``error``, its thread is given up
+    (``_LoopThread.abandon``), and so is the thread of a replay whose caller is cancelled.
     """
     record: RunRecord | None = None
     try:
@@ -301,30 +305,54 @@ async def check_run(store: Store, run_id: str, *, timeout: float = 10.0) -> Repl
         {e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"}
     )
     report = ReplayReport(run_id, record.workflow, "ok", recorded_ops, 0, events=len(journal))
-    home = asyncio.get_running_loop()
-    done: asyncio.Future[ReplayReport] = home.create_future()
-    reads = cast(Store, _ReadsOn(store, home))
-    thread = _ReplayThread(
-        lambda started: _replay(
-            reads, record, journal, dataclasses.replace(report), started, timeout
-        ),
-        home,
-        done,
-    )
-    thread.start()
-    # A little past the replay's own bound, which it keeps itself when its loop is free: only
-    # a thread that is blocked (``time.sleep``) or spinning (a CPU loop) is left behind here.
-    finished, _ = await asyncio.wait({done}, timeout=timeout + _GRACE)
-    if not finished:
-        done.cancel()  # nobody reads what the thread may still come to say
-        thread.abandon()
-        report.status, report.message = "error", _not_settled(timeout)
+    stuck = _stuck.get(run_id)
+    if stuck is not None and stuck.is_alive():
+        # wf dev re-checks on each reload: one thread stuck for this run is enough.
+        report.status, report.message = "error", _STILL_STUCK
         return report
-    return done.result()
+    _stuck.pop(run_id, None)
+    try:
+        async with asyncio.timeout(IMPORT_BOUND):
+            loaded = await resolve_workflow_off_loop(record.workflow, record.target)
+    except WFError as exc:
+        report.status, report.message = "error", str(exc)
+        return report
+    except TimeoutError:
+        report.status = "error"
+        report.message = f"importing the workflow did not finish within {IMPORT_BOUND} s"
+        return report
+    pool = _pool if _pool is not None else _Replayers(asyncio.get_running_loop())
+    try:
+        return await pool.replay(
+            run_id,
+            _replay(
+                cast(Store, _ReadsOn(store, pool.home)),
+                record,
+                loaded,
+                journal,
+                dataclasses.replace(report),
+                timeout,
+            ),
+            report,
+            timeout,
+        )
+    finally:
+        if _pool is None:
+            pool.close()
 
+
+IMPORT_BOUND = 120.0
+"""How long a run's workflow module may take to import, before (and apart from) its replay's
+own bound: a cold import of heavy dependencies is not a replay that hangs."""
 
 _GRACE = 0.5
 """How long past a replay's bound its caller waits for the replay to say so itself."""
+
+_STILL_STUCK = "an earlier replay of this run is still stuck in its thread"
+
+_stuck: dict[str, _LoopThread] = {}
+"""Runs whose replay thread was given up while stuck in a blocking call, by run id: checked
+again (``wf dev`` on each reload) they are reported at once, not given one more thread."""
 
 
 def _not_settled(timeout: float) -> str:
@@ -334,31 +362,26 @@ def _not_settled(timeout: float) -> str:
 async def _replay(
     store: Store,
     record: RunRecord,
+    workflow: Any,
     journal: list[Event],
     report: ReplayReport,
-    started: float,
     timeout: float,
 ) -> ReplayReport:
-    """The replay itself, on the replay thread's own loop; ``started`` is when the thread
-    began (``time.monotonic``): importing the workflow counts against ``timeout`` too."""
-    try:
-        workflow = resolve_workflow(record.workflow, record.target)
-    except WFError as exc:
-        report.status, report.message = "error", str(exc)
-        return report
+    """The replay itself, on a replay thread's own loop; its ``timeout`` starts as it does."""
+    started = time.monotonic()
     last_ts = max((float(e.get("ts", 0)) for e in journal), default=0.0)
     engine = Engine(_ReadOnlyStore(store), _FarClock(last_ts + _FAR_FUTURE), suspend_after=0.0)
     ctx = RunContext(engine, record, _NullLease(record.id), journal)
     ctx.checking = True
     try:
-        async with asyncio.timeout_at(asyncio.get_running_loop().time() + _left(started, timeout)):
+        async with asyncio.timeout(timeout):
             status, fields = await _run_workflow(ctx, workflow)
     except (ReplayFrontier, Suspending, asyncio.CancelledError):
         status, fields = None, {}
     except TimeoutError:
         report.status, report.message = "error", _not_settled(timeout)
         return report
-    if _left(started, timeout) <= 0:
+    if time.monotonic() - started >= timeout:
         # Blocked past its bound, then done: its loop could not time it out meanwhile.
         report.status, report.message = "error", _not_settled(timeout)
         return report
@@ -378,61 +401,48 @@ async def _replay(
     return report
 
 
-def _left(started: float, timeout: float) -> float:
-    return started + timeout - time.monotonic()
-
-
 class _Abandoned(BaseException):
-    """Raised into a replay thread left behind past its bound, to end a CPU loop of workflow
-    code (a ``BaseException``: workflow code catching ``Exception`` does not keep it)."""
+    """Raised into a replay thread given up, to end a CPU loop of workflow code (a
+    ``BaseException``: workflow code catching ``Exception`` does not keep it)."""
 
 
-class _ReplayThread(threading.Thread):
-    """One replay on an event loop of its own, in a daemon thread of its own.
+class _LoopThread(threading.Thread):
+    """A daemon thread running an event loop of its own, for replay after replay.
 
-    Why a thread per replay: replays sharing one loop share its time, so workflow code that
-    blocks (``time.sleep``) or spins (``while n: pass``, which asyncio cannot cancel) stalls
-    every other replay past its bound, or the whole check for ever. A thread and a loop cost
-    well under a millisecond, next to the milliseconds a replay takes, so thousands of healthy
-    runs stay cheap (a subprocess each would cost an interpreter start and an import of the
-    project); a replay left behind is a daemon thread, which does not keep the process alive,
-    and is sent ``_Abandoned`` to end a CPU loop that would otherwise slow the others down.
+    Why threads: replays sharing the caller's loop share its time, so workflow code that
+    blocks (``time.sleep``) or spins (``while n: pass``, which asyncio cannot cancel) would
+    stall every other replay past its bound, or the whole check for ever. Why reused: a thread
+    and a loop per run cost about a millisecond each, more than a small replay itself.
     """
 
-    def __init__(
-        self,
-        work: Callable[[float], Coroutine[Any, Any, ReplayReport]],
-        home: asyncio.AbstractEventLoop,
-        done: asyncio.Future[ReplayReport],
-    ) -> None:
+    def __init__(self) -> None:
         super().__init__(name="wf-replay-check", daemon=True)
-        self._work, self._home, self._done = work, home, done
-        self._context = contextvars.copy_context()  # as a task of the caller's would see it
+        self.loop = asyncio.new_event_loop()
         self._guard = threading.Lock()
         self._ended = False
 
     def run(self) -> None:
         try:
             try:
-                started = time.monotonic()
-                outcome: ReplayReport | BaseException = self._context.run(
-                    asyncio.run, self._work(started)
-                )
-            except _Abandoned:
-                return  # left behind: the caller reported this run already
-            except BaseException as exc:  # handed to the caller, which raises it
-                outcome = exc
+                asyncio.set_event_loop(self.loop)
+                self.loop.run_forever()
             finally:
                 with self._guard:
                     self._ended = True
-            with contextlib.suppress(RuntimeError):  # the caller's loop is gone: nobody waits
-                self._home.call_soon_threadsafe(_settle, self._done, outcome)
+                with contextlib.suppress(BaseException):
+                    self.loop.close()
         except _Abandoned:
-            pass  # left behind: the caller reported this run already
+            pass  # given up: its caller reported its run already
+
+    def stop(self) -> None:
+        """End the thread once its loop is idle."""
+        with contextlib.suppress(RuntimeError):  # its loop is closed: it has ended
+            self.loop.call_soon_threadsafe(self.loop.stop)
 
     def abandon(self) -> None:
-        """Give up on this replay: raise ``_Abandoned`` in its thread (a CPU loop in workflow
-        code ends at its next bytecode; a blocking call, when it returns)."""
+        """Give this thread up: stop its loop and raise ``_Abandoned`` in it (a CPU loop in
+        workflow code ends at its next bytecode; a blocking call, when it returns)."""
+        self.stop()
         with self._guard:  # never into a thread that ended, whose id another may reuse
             if self._ended or self.ident is None:
                 return
@@ -441,13 +451,54 @@ class _ReplayThread(threading.Thread):
             )
 
 
-def _settle(done: asyncio.Future[ReplayReport], outcome: ReplayReport | BaseException) -> None:
-    if done.done():
-        return
-    if isinstance(outcome, BaseException):
-        done.set_exception(outcome)
-    else:
-        done.set_result(outcome)
+class _Replayers:
+    """The replay threads of one check: one per replay under way at once (``check_runs``'s
+    ``concurrency``), each reused for run after run; a thread whose replay did not settle, or
+    whose caller was cancelled, is given up and the next replay gets a fresh one."""
+
+    def __init__(self, home: asyncio.AbstractEventLoop) -> None:
+        self.home = home
+        self._idle: list[_LoopThread] = []
+        self._context = contextvars.copy_context()  # as a task of the caller's would see it
+
+    async def replay(
+        self,
+        run_id: str,
+        work: Coroutine[Any, Any, ReplayReport],
+        report: ReplayReport,
+        timeout: float,
+    ) -> ReplayReport:
+        """``work`` on an idle replay thread; ``report`` as ``error`` if it does not settle
+        within ``timeout`` (and a little grace, for the replay to say so itself)."""
+        thread = self._idle.pop() if self._idle else self._start()
+        future = self._context.run(asyncio.run_coroutine_threadsafe, work, thread.loop)
+        try:
+            finished, _ = await asyncio.wait(
+                {asyncio.wrap_future(future)}, timeout=timeout + _GRACE
+            )
+        except BaseException:
+            future.cancel()
+            thread.abandon()  # its caller is gone: so is the replay
+            raise
+        if not finished:
+            future.cancel()
+            thread.abandon()
+            _stuck[run_id] = thread
+            report.status, report.message = "error", _not_settled(timeout)
+            return report
+        self._idle.append(thread)
+        return finished.pop().result()
+
+    def _start(self) -> _LoopThread:
+        thread = _LoopThread()
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        """End the idle threads."""
+        for thread in self._idle:
+            thread.stop()
+        self._idle.clear()
 
 
 class _ReadsOn:
@@ -483,9 +534,13 @@ async def check_runs(
         while pages.take(page := await store.list_runs(limit=1000, before=pages.before)):
             run_ids.extend(r.id for r in page)
     gate = asyncio.Semaphore(concurrency)
+    pool = _Replayers(asyncio.get_running_loop())
 
     async def one(run_id: str) -> ReplayReport:
         async with gate:
-            return await check_run(store, run_id, timeout=timeout)
+            return await check_run(store, run_id, timeout=timeout, _pool=pool)
 
-    return list(await asyncio.gather(*(one(r) for r in run_ids)))
+    try:
+        return list(await asyncio.gather(*(one(r) for r in run_ids)))
+    finally:
+        pool.close()

@@ -4,12 +4,18 @@ workflow that blocks its thread or spins on the CPU, are that run's ``error`` al
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import threading
 import time
 import warnings
+from pathlib import Path
+
+import pytest
 
 import wf
 from tests.engine.replay.test_replay_check import load
+from wf.engine import _replay_check
 from wf.engine._replay_check import check_run, check_runs
 from wf.store import Event, RunRecord
 from wf.store.memory import MemoryStore
@@ -159,3 +165,97 @@ async def test_a_named_run_whose_record_is_damaged_is_that_runs_error() -> None:
         ),
         "wrun_unchanged_suspended": ("ok", ""),
     }
+
+
+def _replay_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "wf-replay-check"]
+
+
+async def _until_no_replay_thread() -> None:
+    async with asyncio.timeout(5):
+        while _replay_threads():
+            await asyncio.sleep(0.01)
+
+
+async def test_a_spinning_replay_given_up_ends_its_thread() -> None:
+    """The stop: a CPU loop of workflow code given up ends (``_Abandoned``), and so does its
+    thread; without the stop it would spin for ever, slowing everything else down."""
+    SPINNING[0] = True
+    store = MemoryStore()
+    assert await store.create_run(*_record("wrun_spins", "replay:spins"))
+    try:
+        report = await check_run(store, "wrun_spins", timeout=0.2)
+        assert report.status == "error"
+        await _until_no_replay_thread()
+    finally:
+        SPINNING[0] = False
+
+
+async def test_a_cancelled_check_gives_its_replay_thread_up() -> None:
+    SPINNING[0] = True
+    store = MemoryStore()
+    assert await store.create_run(*_record("wrun_spins", "replay:spins"))
+    try:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.3):  # the caller gives up (wf dev reloads, Ctrl-C)
+                await check_run(store, "wrun_spins", timeout=5.0)
+        await _until_no_replay_thread()
+    finally:
+        SPINNING[0] = False
+
+
+BLOCKED = threading.Event()
+
+
+@wf.workflow(name="replay:blocks-for-ever")
+async def blocks_for_ever() -> None:
+    BLOCKED.wait(30)  # a socket read without a timeout
+
+
+async def test_a_run_stuck_in_a_blocking_call_holds_one_thread_however_often_checked() -> None:
+    store = MemoryStore()
+    assert await store.create_run(*_record("wrun_blocked", "replay:blocks-for-ever"))
+    try:
+        for _ in range(3):  # wf dev checks again on each reload
+            report = await check_run(store, "wrun_blocked", timeout=0.2)
+            assert report.status == "error"
+        assert len(_replay_threads()) == 1
+    finally:
+        BLOCKED.set()
+    await _until_no_replay_thread()
+
+
+async def test_importing_the_module_does_not_count_against_the_replays_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "slow_import_flow.py").write_text(
+        "import time\nimport wf\ntime.sleep(0.6)\n\n"
+        "@wf.workflow(name='replay:slow-import')\nasync def quick() -> None:\n    return None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    record, journal = _record("wrun_slow_import", "replay:slow-import")
+    record.target = "slow_import_flow:quick"
+    store = MemoryStore()
+    assert await store.create_run(record, journal)
+    report = await check_run(store, "wrun_slow_import", timeout=0.3)
+    assert (report.status, report.message) == ("ok", "")
+
+
+async def test_a_module_importing_past_its_bound_is_that_runs_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "hung_import_flow.py").write_text(
+        "import time\nimport wf\ntime.sleep(3)\n\n"
+        "@wf.workflow(name='replay:hung-import')\nasync def quick() -> None:\n    return None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(_replay_check, "IMPORT_BOUND", 0.3)
+    record, journal = _record("wrun_hung_import", "replay:hung-import")
+    record.target = "hung_import_flow:quick"
+    store = MemoryStore()
+    assert await store.create_run(record, journal)
+    report = await check_run(store, "wrun_hung_import", timeout=5.0)
+    assert (report.status, report.message) == (
+        "error",
+        "importing the workflow did not finish within 0.3 s",
+    )
