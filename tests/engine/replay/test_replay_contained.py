@@ -10,6 +10,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,6 +166,36 @@ async def test_a_named_run_whose_record_is_damaged_is_that_runs_error() -> None:
         ),
         "wrun_unchanged_suspended": ("ok", ""),
     }
+
+
+class _ListingSkipsADamagedRecord(_DamagedRecord):
+    """A store whose listing skips the run it cannot read, noting it (as every store does)."""
+
+    async def list_runs(self, **filters: Any) -> list[RunRecord]:
+        page = await super().list_runs(**filters)
+        if any(r.id == "wrun_unchanged_completed" for r in page):
+            error = wf.StoreCorrupted("runs/wrun_unchanged_completed/run.json is not valid JSON")
+            self.faults.note(
+                "run", "wrun_unchanged_completed", "runs/wrun_unchanged_completed", error
+            )
+        return [r for r in page if r.id != "wrun_unchanged_completed"]
+
+
+async def test_a_run_the_listing_skipped_as_damaged_is_that_runs_error_in_a_whole_check() -> None:
+    """Without run ids the runs come from the listing, which skips a run it cannot read: the
+    check says it (an error, so CI fails) rather than "2 ok" and exit 0."""
+    from wf.admin._replay import replay_runs
+
+    store = _ListingSkipsADamagedRecord()
+    for name in HEALTHY:
+        await load(store, name)
+    reports, _ = await replay_runs(store, None)
+    statuses = {r.run_id: r.status for r in reports}
+    assert statuses == {
+        "wrun_unchanged_completed": "error",
+        "wrun_unchanged_suspended": "ok",
+        "wrun_patched_old_suspended": "ok",
+    }, statuses
 
 
 def _replay_threads() -> list[threading.Thread]:
