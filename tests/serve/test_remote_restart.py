@@ -139,13 +139,20 @@ def test_remote_follows_ride_out_a_restart_of_the_server(tmp_path: Path) -> None
         code, err = stop(served)  # a graceful stop: the running step finishes first
         assert code == 0, err
         time.sleep(1.0)  # nobody answers meanwhile
+        # The graceful stop lets the streaming step finish: on a loaded machine the followers
+        # attach late, and the whole stream may be read before the outage (then its follower
+        # has nothing to ride out: it ended at the stream's end, checked below).
+        done_before = {name for name, p in followers.items() if p.poll() is not None}
         served = spawn_server(env, port=port)
         answers = {name: p.communicate(timeout=60) for name, p in followers.items()}
     finally:
         stop(served)
+    assert done_before <= {"stream"}, done_before
     for name, proc in followers.items():
         out, err = answers[name]
         assert proc.returncode == 0, (name, out, err)
+        if name in done_before:
+            continue
         assert "trying again for up to 300s" in err, (name, err)
         assert "answers again" in err, (name, err)
     assert answers["run"][0].strip() == "80"
