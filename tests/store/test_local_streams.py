@@ -39,7 +39,8 @@ async def test_reading_a_big_stream_holds_a_batch_not_the_stream(tmp_path: Path)
     finally:
         tracemalloc.stop()
     assert seen == COUNT
-    assert peak < 3 * CHUNK, f"peak {peak / 2**20:.1f} MB to read {COUNT} chunks of 4 MB"
+    # A batch, the chunk in flight and the tracing's own: far from the stream's 8 chunks.
+    assert peak < 4 * CHUNK, f"peak {peak / 2**20:.1f} MB to read {COUNT} chunks of 4 MB"
 
 
 async def test_a_big_read_leaves_the_event_loop_free(tmp_path: Path) -> None:
