@@ -78,6 +78,7 @@ async def test_the_app_lists_opens_and_cancels_runs_through_a_server(
         app.screen.query_one("#runs", DataTable).move_cursor(row=1)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("6")  # the streams tab: a stream is read once its tab is shown
         viewer = app.screen.query_one("#stream-viewer", StreamViewer)
 
         def chunks() -> list[bytes]:
