@@ -479,8 +479,15 @@ async def _drive_live(
     # to its first poll.
     news = InboxNews(store, run_id)
     try:
-        await apply_messages(ctx, await lease.read_inbox(store), live=False)
-        await _mark_drive(engine, lease, ctx, starting, resuming, dead)
+        taken = await lease.read_inbox(store)
+        await apply_messages(ctx, taken, live=False, ack=False)
+        await _mark_drive(engine, lease, ctx, starting, resuming, dead, taken=bool(taken))
+        if taken:
+            # Out of the inbox only once the record says running: a waiter that finds the
+            # inbox empty then reads a record at least that new, never the suspension these
+            # messages end (``Run.settle``, ``wf.admin``'s run detail). Until then a crash
+            # leaves them to the next driver, which takes each in once (its journal says).
+            await lease.ack_inbox([message.id for message in taken])
     except BaseException:
         news.stop()
         raise
@@ -544,9 +551,12 @@ async def _mark_drive(
     starting: bool,
     resuming: bool,
     dead: Recoveries,
+    *,
+    taken: bool = False,
 ) -> None:
     """Record that a drive begins (an attempt's or a resumption's marker) and that the run
-    is running."""
+    is running: in the store's record when this returns if ``taken`` (inbox messages were
+    taken in, acknowledged next)."""
     record = ctx.record
     now = engine.clock.now()
     gate = engine.drive_gate
@@ -590,8 +600,12 @@ async def _mark_drive(
         # The time of the event just written: a store that rebuilds records from the
         # journal's ends (the local store) then has no record file to write for this save.
         record.updated_at = now
-        # Still due now, as it was: a store may carry this save with the first step's append.
-        if not lease.save_soon(record.copy()):
+        # Still due now, as it was: a store may carry this save with the first step's append,
+        # or with the marker's write below. Not later when messages were taken in: they are
+        # acknowledged once it is saved. (A run that was suspended resumes with a marker
+        # written at once, so this costs a save of its own only to a fresh run's first
+        # drive that finds a message, a cancel sent before it began.)
+        if (taken and not visible) or not lease.save_soon(record.copy()):
             await lease.save(record)
     if visible:
         await ctx.write(*markers, durable=False)

@@ -30,8 +30,11 @@ first is ``engine.inbox_poll``, doubled at each failure in a row), unless ``inbo
 longer."""
 
 
-async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live: bool) -> None:
-    """Turn inbox messages into journal events (once each), then acknowledge them."""
+async def apply_messages(
+    ctx: RunContext, messages: list[InboxMessage], *, live: bool, ack: bool = True
+) -> None:
+    """Turn inbox messages into journal events (once each), then acknowledge them (unless
+    ``ack`` is False: the caller does, once it can, ``wf.engine._driver``'s drive start)."""
     if not messages:
         return
     if live and (ctx.suspending or ctx.evicting or ctx.closed):
@@ -80,7 +83,8 @@ async def apply_messages(ctx: RunContext, messages: list[InboxMessage], *, live:
         # The run began to suspend while these were being recorded: their effect is in the
         # journal but no wait saw it. The driver makes the run due again (``unmet``).
         ctx.due_at_once = True
-    await ctx.lease.ack_inbox([m.id for m in messages])
+    if ack:
+        await ctx.lease.ack_inbox([m.id for m in messages])
 
 
 class InboxNews:

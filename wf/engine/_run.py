@@ -170,7 +170,13 @@ class Run(Generic[T]):
             ours = engine.drives_pin(record.deployment)
             due = idle and await is_due(engine, record)
             if settled and idle and not due and record.status is RunStatus.SUSPENDED:
-                return record
+                # The inbox was read after the record: a driver elsewhere may have taken a
+                # message in between. It acknowledges only once the record says running, so
+                # the record read after the empty inbox is the word (``settled_again``).
+                again = await settled_again(engine, record)
+                if again is not None:
+                    return again
+                continue
             remaining = None if loop is None or deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 what = "settle" if settled else "finish"
@@ -417,6 +423,24 @@ async def is_due(engine: EngineLike, record: RunRecord) -> bool:
     if record.wake_at is not None and record.wake_at <= engine.clock.now():
         return True
     return bool(await engine.store.read_inbox(record.id))
+
+
+async def settled_again(engine: EngineLike, record: RunRecord) -> RunRecord | None:
+    """The run's record read again after its inbox was found empty, if it is still settled
+    (ended, or suspended with no wake-up due); None if a drive took it on meanwhile.
+
+    ``record`` (suspended) was read before the inbox: another process's driver may have taken
+    a message in between, and the record would then be the suspension that message ended. A
+    driver acknowledges the messages it takes in only once the run's record says running
+    (``wf.engine._driver``), so a record read after the inbox is at least that new."""
+    again = await get_record(engine, record.id)
+    if again.status.is_terminal:
+        return again
+    if again.status is RunStatus.SUSPENDED and not (
+        again.wake_at is not None and again.wake_at <= engine.clock.now()
+    ):
+        return again
+    return None
 
 
 def outcome(record: RunRecord) -> Any:
