@@ -441,7 +441,13 @@ class LocalAdmin:
                     and self.driving(run.id) is None
                     and not await self.store.read_inbox(run.id)
                 ):
-                    return record
+                    # Read again after the empty inbox: a driver elsewhere may have taken a
+                    # message in since the first read (``wf.engine._run.settled_again``).
+                    record = await run.record()
+                    if outside_only(record):
+                        return record
+                    if record.status.is_terminal:
+                        break
                 waiting = asyncio.ensure_future(wait_for_run(self.store, run.id, 0.5))
                 await asyncio.wait({ending, waiting}, return_when=asyncio.FIRST_COMPLETED)
                 waiting.cancel()

@@ -441,6 +441,14 @@ async def run_detail(
     from wf.admin._liveness import probe_for
 
     record = await existing_run(store, run_id)  # one retention deleted: wf.ResultExpired
+    inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
+    if record.status is RunStatus.SUSPENDED and not inbox:
+        # A driver elsewhere may have taken a message in between the two reads: the record
+        # would be the suspension it ended, and a waiter would take the run as settled (``wf
+        # hook resume`` over HTTP said "suspended" of a run a worker completed with its
+        # payload). A driver acknowledges only once the record says running, so the record
+        # read after the empty inbox is the word (``wf.engine._run.settled_again``).
+        record = await existing_run(store, run_id)
     journal = await store.read_journal(run_id)
     children: list[RunRecord] = []
     # A damaged hook or stream is left out, and named by the caller: the run's page shows.
@@ -462,7 +470,6 @@ async def run_detail(
         streams = {**streams, **found_by_name}
         # Its fault says the name it is shown under: it is named, not left out.
         shown_by_name = {store.stream_fault(run_id, name)[0]: name for name in found_by_name}
-    inbox = [] if record.status.is_terminal else await store.read_inbox(run_id)
     if not record.cancel_requested and (
         any(message.kind == "cancel" for message in inbox)
         or any(event.get("type") == "cancel_requested" for event in journal)

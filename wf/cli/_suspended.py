@@ -144,7 +144,13 @@ async def follow_run(
                 except StoreUnavailable:
                     due = True  # asked again after the wait below
                 if not due and not keep_waiting:
-                    return record
+                    # Read again after the empty inbox: a driver elsewhere may have taken a
+                    # payload in since the first read (``wf.engine._run.settled_again``).
+                    with contextlib.suppress(StoreUnavailable):
+                        again = await follower.refresh()
+                        if outside_only(again):
+                            return again
+                    continue  # driven meanwhile (or the store stopped answering): read again
             key = (record.resumes, record.wake_at, repr(record.waiting_for))
             if key != told and not quiet and (elsewhere is not None or not due):
                 # A due run is driven here at once: no line for a wait that is over.
