@@ -53,7 +53,8 @@ def test_select_takes_prefixes() -> None:
 
 def test_ignore_takes_prefixes() -> None:
     assert codes(CheckConfig(ignore=frozenset({"WF1"}))) == {"WF205", "WF302"}
-    assert codes(CheckConfig(ignore=frozenset({"ALL"}))) == set()
+    with pytest.raises(CheckUsageError, match="selects no rule"):  # was: no finding, a pass
+        codes(CheckConfig(ignore=frozenset({"ALL"})))
 
 
 def test_the_more_specific_selector_wins() -> None:
@@ -244,3 +245,23 @@ def test_an_empty_select_given_in_code_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(CheckUsageError, match="selects no rule"):
         check_source(MANY, "flows.py", CheckConfig().with_overrides(select=[]))
     assert codes(CheckConfig().with_overrides(ignore=[])) == {"WF101", "WF102", "WF205", "WF302"}
+
+
+def test_a_selection_every_rule_of_which_is_ignored_is_a_usage_error(
+    tmp_path: Path, write_tree: WriteTree
+) -> None:
+    # `select = ["ALL"]` with `ignore = ["ALL"]` turns every rule off, as `select = []` would.
+    from wf.check._config import load_settings
+
+    with pytest.raises(CheckUsageError, match="select ALL with ignore ALL selects no rule"):
+        load_settings(tmp_path, select="ALL", ignore="ALL")
+    with pytest.raises(CheckUsageError, match="selects no rule"):
+        check_paths([tmp_path], CheckConfig(ignore=frozenset({"WF"})))
+    with pytest.raises(CheckUsageError, match="selects no rule"):
+        check_source(
+            MANY, "flows.py", CheckConfig(select=frozenset({"WF1"}), ignore=frozenset({"WF1"}))
+        )
+    root = write_tree({"pyproject.toml": '[tool.wf.check]\nselect = ["ALL"]\nignore = ["ALL"]\n'})
+    with pytest.raises(CheckUsageError, match="selects no rule") as caught:
+        load_settings(root)
+    assert "\n" not in str(caught.value)

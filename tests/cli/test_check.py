@@ -47,6 +47,31 @@ def test_usage_errors_exit_2(project: Project) -> None:
     assert "unknown rule selector" in unknown.stderr
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--select", "ALL", "--ignore", "ALL"],
+        ["--ignore", "ALL"],
+        ["--select", "WF1", "--ignore", "WF1"],
+        ["--ignore", "WF1,WF2,WF3,WF4,WF5"],
+    ],
+)
+def test_options_that_turn_every_rule_off_exit_2_as_an_empty_select_does(
+    project: Project, options: list[str]
+) -> None:
+    # Was: "All checks passed" and exit 0 with no rule on, as `--select ""` was before it.
+    Path("bad.py").write_text(BAD)
+    result = project.cli("check", "bad.py", *options)
+    assert result.exit_code == 2, result.stdout
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: select ") and "selects no rule" in line
+    empty = project.cli("check", "bad.py", "--select", "")
+    assert empty.exit_code == 2 and "selects no rule" in empty.stderr
+    # One rule left on is a selection: WF101 is more specific than the ignored WF1.
+    assert project.cli("check", "bad.py", "--select", "WF101", "--ignore", "WF1").exit_code == 0
+
+
 def test_wf_check_rules_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

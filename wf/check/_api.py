@@ -82,8 +82,8 @@ def _validated(config: CheckConfig | None) -> CheckConfig:
     # a typo such as "WF9" fails loudly instead of silently selecting nothing.
     if config.select is not None:
         validate_selectors(config.select)
-        validate_selection(config.select)
     validate_selectors(config.ignore)
+    validate_selection(config.select, config.ignore)
     return config
 
 

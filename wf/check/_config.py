@@ -67,6 +67,7 @@ def load_settings(
         select=parse_selectors(select) if select is not None else None,
         ignore=parse_selectors(ignore) if ignore is not None else None,
     )
+    validate_selection(config.select, config.ignore)
     exclude = os.environ.get("WF_CHECK_EXCLUDE")
     if exclude:
         globs = tuple(part.strip() for part in exclude.split(",") if part.strip())
@@ -101,16 +102,21 @@ def _parse_section(section: object, origin: Path) -> CheckConfig:
 
 
 _EMPTY = (
-    "selects no rule, which would turn every check off: give codes or prefixes "
-    "(WF1,WF301), or ALL (wf help check)"
+    "selects no rule, which would turn every check off: select codes or prefixes "
+    "(WF1,WF301) or ALL, and ignore only some of them (wf help check)"
 )
 
 
-def validate_selection(select: frozenset[str] | None) -> None:
-    """Refuse an empty ``select``: it turns every rule off, so a typo or an unset variable
-    must not pass for a clean check."""
+def validate_selection(select: frozenset[str] | None, ignore: frozenset[str] = frozenset()) -> None:
+    """Refuse a selection that turns every rule off — an empty ``select``, or an ``ignore``
+    that covers every selected rule (``--select ALL --ignore ALL``): a typo or an unset
+    variable must not pass for a clean check."""
     if select is not None and not select:
         raise CheckUsageError(f"an empty select {_EMPTY}")
+    chosen = CheckConfig(select=select, ignore=ignore)
+    if not any(rule_enabled(code, chosen) for code in RULES):
+        selected = ",".join(sorted(select)) if select is not None else ALL
+        raise CheckUsageError(f"select {selected} with ignore {','.join(sorted(ignore))} {_EMPTY}")
 
 
 def parse_selectors(text: str) -> frozenset[str]:
