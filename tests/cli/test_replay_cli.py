@@ -227,3 +227,68 @@ def test_usage_errors(project: Project) -> None:
     stray = project.cli("check", "--unfinished")
     assert stray.exit_code == 2
     assert "--unfinished and --deployment only apply to --replay" in stray.stderr
+
+
+APPROVAL = """\
+import dataclasses
+
+import wf
+
+
+@dataclasses.dataclass
+class Approval:
+    ok: bool
+
+
+@wf.step
+def first() -> str:
+    return "a"
+
+
+@wf.step
+def second() -> str:
+    return "b"
+
+
+@wf.workflow
+async def approve() -> list[str]:
+    await wf.create_hook(Approval, token="approval").next()
+    return [await first(), await second()]
+"""
+
+# A field added: the payload the run recorded no longer validates, so the code waits again.
+APPROVAL_V2 = APPROVAL.replace("    ok: bool\n", "    ok: bool\n    by: str\n")
+
+
+def test_a_replay_that_waits_before_the_journal_ends_is_an_error(project: Project) -> None:
+    """Was: ``ok  appr  shopflow:approve  (4 operation(s) replayed)`` and exit 0, though the
+    replay stopped at the hook after 2 and never compared the two steps recorded after it."""
+    write_flow(project, APPROVAL)
+    proc = project.spawn("run", "shopflow.py:approve", "--id", "appr", WF_SUSPEND_AFTER="0.1")
+    project.wait_for(lambda: project.status("appr") == "suspended")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    sent = project.wf("hook", "resume", "approval", "--data", '{"ok": true}')
+    assert sent.returncode == 0, sent.stderr
+    worker = project.spawn("worker", "--poll", "0.2", WF_INBOX_POLL="0.05")
+    try:
+        project.wait_for(lambda: project.status("appr") == "completed")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=30)
+    assert check(project, "appr")[0] == 0
+
+    write_flow(project, APPROVAL_V2)
+    code, out, err = check(project, "appr")
+    assert code == 1, out + err
+    [line, summary] = out.splitlines()
+    assert line.startswith(
+        "error     appr  shopflow:approve: replay stopped early, waiting on hook 'approval', "
+        "after 2 of 4 recorded operation(s)"
+    )
+    assert summary == "1 run replayed: 0 ok, 0 diverged, 1 error(s)"
+    code, out, _ = check(project, "appr", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["summary"] == {"runs": 1, "ok": 0, "diverged": 0, "error": 1}
+    [run] = data["runs"]
+    assert (run["status"], run["ops_recorded"], run["ops_replayed"]) == ("error", 4, 2)

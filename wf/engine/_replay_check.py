@@ -393,12 +393,36 @@ async def _replay(
         return report
     outcome = recorded_outcome(journal)
     error = fields.get("error") if status is not None else None
+    if status is RunStatus.SUSPENDED and report.ops_replayed < report.ops_recorded:
+        # Every branch waits (on a hook, say) short of the journal's end: what it recorded
+        # after that point was never compared, and a resume would wait there too. (Stopping
+        # at the frontier short of it is no such sign: one branch's step in flight stops the
+        # replay before a sibling's recorded operations are reached.)
+        report.status, report.message = "error", _stopped_early(report, fields)
+        return report
     if error and error.get("qualname") == "ReplayFrontier":
         return report
     if error and (outcome is None or outcome["type"] != "run_failed"):
         report.status = "error"
         report.message = f"replay raises {error['type']}: {error['message']}"
     return report
+
+
+def _stopped_early(report: ReplayReport, fields: dict[str, Any]) -> str:
+    """Why a replay that stopped before the journal's end is no pass, and where it stopped."""
+    waits = [
+        f"{w.get('kind')} {w['target']!r}" if w.get("target") else str(w.get("kind"))
+        for w in fields.get("waiting_for") or ()
+        if isinstance(w, dict)
+    ]
+    where = f"waiting on {', '.join(waits)}" if waits else "waiting"
+    left = report.ops_recorded - report.ops_replayed
+    return (
+        f"replay stopped early, {where}, after {report.ops_replayed} of "
+        f"{report.ops_recorded} recorded operation(s): the {left} recorded operation(s) after "
+        "it were never compared, and a resume on this code would stop there too (did the code "
+        "change what the run waits for, or the payload type of a hook?)"
+    )
 
 
 class _Abandoned(BaseException):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -302,3 +303,68 @@ async def test_a_check_and_the_resume_agree_on_a_block_ended_in_time_as_the_jour
     assert report.status == "ok", report.message
     mock_clock.jump(86400)  # the resume too comes long after the deadline
     assert await run.result() == "in time"
+
+
+@dataclasses.dataclass
+class Approval:
+    ok: bool
+
+
+@wf.workflow(name="replay:approval-v1")
+async def approved_then_two_steps() -> list[str]:
+    hook = wf.create_hook(Approval, token="approval")
+    await hook.next()
+    return [await reserve_step(), await quick_step()]
+
+
+@wf.step
+def reserve_step() -> str:
+    return "reserved"
+
+
+@dataclasses.dataclass
+class ApprovalV2:
+    """``Approval`` with a field added: the payload its runs recorded no longer validates."""
+
+    ok: bool
+    by: str
+
+
+ApprovalV2.__name__ = ApprovalV2.__qualname__ = "Approval"  # the hook's recorded name
+
+
+@wf.workflow(name="replay:approval-v2")
+async def approved_v2_then_two_steps() -> list[str]:
+    hook = wf.create_hook(ApprovalV2, token="approval")
+    await hook.next()
+    return [await reserve_step(), await quick_step()]
+
+
+async def test_a_replay_that_stops_waiting_before_the_journal_ends_is_an_error(
+    wf_engine: TestEngine,
+) -> None:
+    """The new code refuses the recorded payload and waits on its hook again: the steps the
+    journal recorded after it were never compared (and a resume would wait there for good),
+    so the run is no pass. Was: ``ok``, 2 of 4 recorded operations replayed."""
+    run = await wf.start(approved_then_two_steps)
+    await wf_engine.wait_driven(run)
+    await wf.resume_hook("approval", {"ok": True})
+    assert await run.result() == ["reserved", "quick"]
+    assert (await check_run(wf_engine.store, run.id)).status == "ok"  # the code it ran
+
+    record = await wf_engine.store.get_run(run.id)
+    moved = dataclasses.replace(record, id="wrun_approval_v2", workflow="replay:approval-v2")
+    assert await wf_engine.store.create_run(moved, await wf_engine.store.read_journal(run.id))
+    report = await check_run(wf_engine.store, moved.id)
+    assert report.status == "error"
+    assert (report.ops_recorded, report.ops_replayed) == (4, 2)
+    assert report.message.startswith("replay stopped early, waiting on hook 'approval'")
+    assert "2 recorded operation(s) after it were never compared" in report.message
+
+
+async def test_a_run_waiting_at_the_journal_end_still_checks_ok(wf_engine: TestEngine) -> None:
+    run = await wf.start(approved_then_two_steps)
+    await wf_engine.wait_driven(run)  # suspended on its hook: the journal ends there
+    report = await check_run(wf_engine.store, run.id)
+    assert report.status == "ok", report.message
+    assert report.ops_replayed == report.ops_recorded == 2
