@@ -292,3 +292,33 @@ def test_a_replay_that_waits_before_the_journal_ends_is_an_error(project: Projec
     assert code == 1 and data["summary"] == {"runs": 1, "ok": 0, "diverged": 0, "error": 1}
     [run] = data["runs"]
     assert (run["status"], run["ops_recorded"], run["ops_replayed"]) == ("error", 4, 2)
+
+
+def test_a_named_run_too_damaged_to_read_is_shown_with_what_is_known(project: Project) -> None:
+    """Was: ``error     old  : ...`` and ``"workflow": ""``: its ``run.json`` is damaged and
+    the record cannot be rebuilt from a journal damaged at line 2, but the journal's first
+    event still names the workflow."""
+    setup_runs(project)
+    (project.store_dir / "runs" / "old" / "run.json").write_text('{"id": "old", garbage')
+    journal = project.store_dir / "runs" / "old" / "journal.jsonl"
+    lines = journal.read_text().splitlines()
+    lines[1] = '{"type": "step_completed", "op": 0, garbage'
+    journal.write_text("\n".join(lines) + "\n")
+    for args in (("old",), ()):
+        code, out, err = check(project, *args)
+        assert code == 1, err
+        [damaged] = [line for line in out.splitlines() if line.startswith("error     old  ")]
+        assert damaged.startswith("error     old  shopflow:order: "), damaged
+        assert "journal.jsonl: line 2 is not valid JSON" in damaged
+    code, out, _ = check(project, "old", "--json")
+    [run] = json.loads(out)["runs"]
+    assert (run["run_id"], run["workflow"], run["status"]) == ("old", "shopflow:order", "error")
+
+    lines[0] = '{"type": "run_started", garbage'  # nothing left that names the workflow
+    journal.write_text("\n".join(lines) + "\n")
+    code, out, _ = check(project, "old")
+    assert code == 1
+    assert out.splitlines()[0].startswith("error     old  (workflow unknown): ")
+    code, out, _ = check(project, "old", "--json")
+    [run] = json.loads(out)["runs"]
+    assert (run["run_id"], run["workflow"], run["status"]) == ("old", None, "error")

@@ -961,3 +961,25 @@ async def test_a_packing_process_and_a_driving_process_never_lose_an_event(
         notes = [e for e in await local.read_journal(run.id) if "n" in e]
         assert [e["n"] for e in notes] == list(range(appended[run.id]))
     assert await local.verify() == []
+
+
+async def test_the_first_event_of_a_run_damaged_further_on_is_read_packed_or_not(
+    local: LocalStore, root: Path
+) -> None:
+    """``wf check --replay`` names a run it cannot read by its journal's first event."""
+    run = await finished(local)
+    first = (await local.read_journal(run.id))[0]
+    assert first["type"] == "run_started"
+    assert pack_all(local) == 1
+    assert await local.first_event(run.id) == first
+    other = await finished(local)
+    path = root / "runs" / other.id / "journal.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    path.write_bytes(b"\n".join([lines[0], b"{garbage", *lines[1:]]))
+    with pytest.raises(StoreCorrupted):
+        await local.read_journal(other.id)
+    head = await local.first_event(other.id)
+    assert head is not None and (head["type"], head["workflow"]) == ("run_started", other.workflow)
+    path.write_bytes(b"{garbage\n")
+    assert await local.first_event(other.id) is None
+    assert await local.first_event("wrun_missing") is None

@@ -47,7 +47,7 @@ def render_text(reports: Sequence[ReplayReport]) -> str:
     """One line per run (two more for a divergence), then a summary line."""
     lines: list[str] = []
     for report in reports:
-        head = f"{report.status:<8}  {report.run_id}  {report.workflow}"
+        head = f"{report.status:<8}  {report.run_id}  {report.workflow or '(workflow unknown)'}"
         if report.status == "ok":
             lines.append(f"{head}  ({report.ops_recorded} operation(s) replayed)")
         elif report.status == "diverged" and report.divergence is not None:

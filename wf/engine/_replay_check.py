@@ -52,6 +52,7 @@ class ReplayReport:
 
     run_id: str
     workflow: str
+    """The run's workflow; "" when its record and journal are too damaged to say."""
     status: str
     """``ok`` (replays), ``diverged`` (NondeterminismError), or ``error`` (cannot be checked)."""
     ops_recorded: int
@@ -66,7 +67,7 @@ class ReplayReport:
         """The report as JSON (the ``--format json`` shape of ``wf check --replay``)."""
         data: dict[str, Any] = {
             "run_id": self.run_id,
-            "workflow": self.workflow,
+            "workflow": self.workflow or None,  # None: too damaged to say
             "status": self.status,
             "ops_recorded": self.ops_recorded,
             "ops_replayed": self.ops_replayed,
@@ -299,7 +300,7 @@ async def check_run(
         record = await store.get_run(run_id)
         journal = await store.read_journal(run_id)
     except StoreCorrupted as exc:
-        workflow = record.workflow if record is not None else ""
+        workflow = record.workflow if record is not None else await _named_by_journal(store, run_id)
         return ReplayReport(run_id, workflow, "error", 0, 0, message=str(exc))
     recorded_ops = len(
         {e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"}
@@ -339,6 +340,14 @@ async def check_run(
     finally:
         if _pool is None:
             pool.close()
+
+
+async def _named_by_journal(store: Store, run_id: str) -> str:
+    """The workflow a run too damaged to read names in its journal's first event; "" (shown
+    as unknown) when that cannot be read either."""
+    first = await store.first_event(run_id)
+    workflow = first.get("workflow") if first is not None else None
+    return workflow if isinstance(workflow, str) else ""
 
 
 IMPORT_BOUND = 120.0

@@ -1056,6 +1056,19 @@ class Store(abc.ABC):
         a run costs what it appends, not its whole journal again each time.
         """
 
+    async def first_event(self, run_id: str) -> Event | None:
+        """The run's first journal event (``run_started``: which workflow, with what input),
+        or None when it cannot be read: a run whose record and journal are damaged further on
+        can still be named (``wf check --replay``). Raises nothing for a damaged run.
+
+        Stores whose journal is one file override it to read only its first line, so a
+        damaged later line does not hide it."""
+        try:
+            events = await self.read_journal(run_id)
+        except (RunNotFound, StoreError):
+            return None
+        return events[0] if events else None
+
     @abc.abstractmethod
     async def try_acquire(self, run_id: str) -> Lease | None:
         """Take the run's lease without waiting; None if another driver holds it."""

@@ -93,6 +93,19 @@ def parse_to_end(data: bytes, path: str) -> tuple[list[Event], int]:
     return _decode(body, path), len(body)
 
 
+def first(data: bytes) -> Event | None:
+    """The first event of journal bytes, read from its first line alone (what follows may be
+    damaged); None when that line is incomplete or is no JSON object."""
+    newline = data.find(b"\n")
+    if newline < 0:
+        return None
+    try:
+        event = orjson.loads(data[:newline])
+    except orjson.JSONDecodeError:
+        return None  # a damaged line, NUL bytes of a torn write among them
+    return event if isinstance(event, dict) else None
+
+
 def _complete(data: bytes, path: str) -> bytes:
     """The complete lines of journal bytes: without slack, a torn last line or damaged ones."""
     if _NUL in data:

@@ -981,6 +981,22 @@ class LocalStore(Store):
             found,
         )
 
+    async def first_event(self, run_id: str) -> Event | None:
+        """The journal's first event from its first line alone (``Store.first_event``)."""
+
+        def head(path: str) -> bytes:
+            with open(path, "rb") as file:
+                return file.readline()
+
+        try:
+            return self._read(
+                run_id,
+                lambda run_dir: _journal.first(head(os.path.join(run_dir, JOURNAL_FILE))),
+                lambda packed, run_dir: _journal.first(packed.journal),
+            )
+        except (OSError, RunNotFound, StoreError):
+            return None
+
     def _journal_from(self, path: str, start: int) -> list[Event]:
         return _tails.read_from(
             path, start, self._tails, lambda data: _journal.parse_to_end(data, path)
