@@ -21,6 +21,18 @@ _BUILTINS = frozenset(dir(builtins))
 _MAX_DEPTH = 12  # aliases and re-exports are followed this far; cycles stop here
 _MAX_MRO = 1000  # classes in one method resolution order: past this, a note says it stops
 _MAX_INSTANCE_DEPTH = 4  # `a = B(); c = a; c.m()` is followed this many names deep
+# Bases outside the checked code whose order is just themselves and `object`: they bind no
+# method of the class's and never come before a checked class, so its order stays known.
+_PLAIN_BASES = frozenset(
+    {
+        "builtins.object",
+        "abc.ABC",
+        "typing.Generic",
+        "typing.Protocol",
+        "typing_extensions.Generic",
+        "typing_extensions.Protocol",
+    }
+)
 
 
 def resolve_name(name: str, scope: Scope, depth: int = 0) -> str | None:
@@ -128,6 +140,9 @@ class Project:
     def __init__(self, modules: list[ModuleIndex], aliases: dict[str, list[str]]) -> None:
         self.modules = modules
         self._mros: dict[Scope, list[Scope] | None] = {}
+        # Whether every base up a class's hierarchy is a checked class (or a plain one).
+        self._whole: dict[Scope, bool] = {}
+        self._known: dict[Scope, list[Scope]] = {}  # _known_order's answers
         # Notes on class hierarchies deeper than the analysis follows, by class.
         self.notes: dict[Scope, Finding] = {}
         self._primary: dict[str, list[ModuleIndex]] = defaultdict(list)
@@ -184,8 +199,9 @@ class Project:
     def inherited(self, cls: Scope, name: str) -> Scope | None:
         """The function or class ``name`` that ``cls`` inherits: from the first class of its
         method resolution order (C3, as Python computes it from the bases the checked code
-        defines) whose body binds ``name``; None when that binding is no ``def`` / ``class``."""
-        for ancestor in (self.mro(cls) or [])[1:]:
+        defines) whose body binds ``name``; None when that binding is no ``def`` / ``class``,
+        or lies past a point where a base outside the checked code could come first."""
+        for ancestor in self._known_order(cls)[1:]:
             if name in ancestor.defs:
                 return ancestor.defs[name]
             if name in ancestor.classes:
@@ -193,6 +209,34 @@ class Project:
             if ancestor.binds(name):
                 return None  # `m = other` in a class body: a value, not followed
         return None
+
+    def _known_order(self, cls: Scope) -> list[Scope]:
+        """The start of ``cls``'s method resolution order that bases outside the checked code
+        cannot change: all of it when every base up its hierarchy is checked. Else a class's
+        first base still comes right after it (C3), and the order of a class with one base is
+        that base's: further on, an unseen base (or one of its own) may come first and bind
+        the name, so what a checked class there binds is no longer a fact but a guess."""
+        cached = self._known.get(cls)
+        if cached is None:
+            cached = self._known[cls] = self._known_prefix(cls)
+        return cached
+
+    def _known_prefix(self, cls: Scope) -> list[Scope]:
+        if self.mro(cls) is None:
+            return []
+        known: list[Scope] = []
+        current = cls
+        while not self._whole.get(current, False):
+            known.append(current)
+            bases, unseen = self._bases(current)
+            assert isinstance(current.node, ast.ClassDef)
+            first = next((b for b in current.node.bases if not _plain(b, current)), None)
+            if first is None or not bases or self._base_class(first, current) is not bases[0]:
+                return known  # its first base is not checked: nothing more is known
+            if unseen or len(bases) > 1:
+                return [*known, bases[0]]
+            current = bases[0]
+        return [*known, *(self.mro(current) or [])]
 
     def mro(self, cls: Scope) -> list[Scope] | None:
         """``cls``'s method resolution order among the checked classes (bases outside the
@@ -208,7 +252,7 @@ class Project:
             if current in self._mros:
                 stack.pop()
                 continue
-            bases = self._bases(current)
+            bases, unseen = self._bases(current)
             todo = [b for b in bases if b not in self._mros]
             if todo and current not in busy:
                 busy.add(current)
@@ -230,17 +274,28 @@ class Project:
                 self._too_long(current)
                 merged = None
             self._mros[current] = None if merged is None else [current, *merged]
+            self._whole[current] = not unseen and all(self._whole.get(b, False) for b in bases)
         return self._mros[cls]
 
-    def _bases(self, cls: Scope) -> list[Scope]:
-        assert isinstance(cls.node, ast.ClassDef) and cls.parent is not None
-        found = []
+    def _bases(self, cls: Scope) -> tuple[list[Scope], bool]:
+        """The checked classes among ``cls``'s bases, and whether it has others (unseen)."""
+        assert isinstance(cls.node, ast.ClassDef)
+        found: list[Scope] = []
+        unseen = False
         for base in cls.node.bases:
-            name = resolve_expr(base, cls.parent)
-            target = None if name is None else self.lookup(name, cls.module)
-            if target is not None and target.kind == "class" and target not in found:
+            target = self._base_class(base, cls)
+            if target is None:
+                unseen = unseen or not _plain(base, cls)
+            elif target not in found:
                 found.append(target)
-        return found
+        return found, unseen
+
+    def _base_class(self, base: ast.expr, cls: Scope) -> Scope | None:
+        """The checked class ``base`` (in ``cls``'s bases) names, if any."""
+        assert cls.parent is not None
+        name = resolve_expr(base, cls.parent)
+        target = None if name is None else self.lookup(name, cls.module)
+        return target if target is not None and target.kind == "class" else None
 
     def _too_long(self, cls: Scope) -> None:
         module, node = cls.module, cls.node
@@ -252,6 +307,14 @@ class Project:
         )
         col = module.column(node.lineno, node.col_offset)
         self.notes.setdefault(cls, Finding(module.path, node.lineno, col, "note", why, ""))
+
+
+def _plain(base: ast.expr, cls: Scope) -> bool:
+    """Whether ``base`` is one of the ``_PLAIN_BASES`` (``Generic[T]`` as ``Generic``)."""
+    assert cls.parent is not None
+    if isinstance(base, ast.Subscript):
+        base = base.value
+    return resolve_expr(base, cls.parent) in _PLAIN_BASES
 
 
 def _c3_merge(lists: list[list[Scope]]) -> list[Scope] | None:
