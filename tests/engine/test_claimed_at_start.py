@@ -6,7 +6,10 @@ without saying so (``wf.engine._alone.last_driver_died``)."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import subprocess
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,7 +21,7 @@ import wf.testing
 from tests.store.helpers import python
 from wf import Engine
 from wf.store import Lease, RunStatus
-from wf.store.local import LocalStore
+from wf.store.local import LocalStore, _fsops
 
 
 @wf.step
@@ -118,6 +121,8 @@ async def test_a_run_the_worker_takes_before_its_creator_is_no_death(
         return await real(run_id)
 
     monkeypatch.setattr(store, "try_acquire", late)
+    # Nor taken while the creation flushes (``CREATOR_LEASES``): after the flush, late.
+    monkeypatch.setattr(store, "_lease_created", lambda run_id, journal: None)
     result: list[int] = []
 
     async def starts() -> None:
@@ -185,3 +190,57 @@ async def _started_twice(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Non
     assert (await first).id == second.id == "job-twice"
     assert await second.result() == 3
     assert marked_meanwhile and all(marked_meanwhile)
+
+
+def _locked(journal: Path) -> bool:
+    """Whether a lease holds the journal's lock (any holder: a lock of another open file of
+    this process is refused too)."""
+    fd = os.open(journal, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops the lock if this look took it
+    return False
+
+
+async def test_a_start_takes_its_runs_lease_while_the_creations_flush_runs(
+    starter: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a loop of ``await wf.start`` the creation's flush runs in the flushing thread while
+    the runs in flight go on; the creator takes the new run's lease meanwhile, not after the
+    flush (where it stood between that flush and the next creation, the disk idle). Shown by
+    what the journal's lock is while the creation's ``syncfs`` is under way."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    await (await starter.start(sums, (0,), {})).result()  # the store made, its first flushes
+    runs = tmp_path / ".workflows" / "runs"
+    old = set(runs.iterdir())
+    begun, looked = threading.Event(), threading.Event()
+    locked: list[bool] = []
+    syncfs = _fsops.syncfs
+
+    def looking_syncfs(fd: int, path: str) -> None:
+        if threading.current_thread() is not threading.main_thread() and not begun.is_set():
+            begun.set()
+            looked.wait(10.0)  # bounded: the loop task below looks, then lets it go
+        syncfs(fd, path)
+
+    monkeypatch.setattr(_fsops, "syncfs", looking_syncfs)
+
+    async def in_flight() -> None:  # a run in flight: keeps a task ready, as a loop of starts has
+        while not looked.is_set():
+            await asyncio.sleep(0)
+            if begun.is_set():
+                [new] = set(runs.iterdir()) - old
+                locked.append(_locked(new / "journal.jsonl"))
+                looked.set()
+
+    other = asyncio.ensure_future(in_flight())
+    await asyncio.sleep(0)
+    run = await starter.start(sums, (3,), {})
+    looked.set()
+    await other
+    assert locked == [True]  # taken while the disk flushed the creation
+    assert await run.result() == 7

@@ -16,6 +16,7 @@ import pytest
 from tests.store.helpers import acquire, created, record, save, started, write_journal_end
 from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import RunRecord, RunStatus
+from wf.store._base import CREATOR_LEASES
 from wf.store.local import LocalStore, _fsops, _pressure
 from wf.store.local._commit import committer_for
 from wf.store.local._layout import NOW
@@ -855,6 +856,71 @@ async def test_a_failed_creation_flush_off_the_loop_takes_the_run_back(local: Lo
         stop = True
         await other
     assert len(await local.list_runs()) == 2
+
+
+async def test_a_lease_taken_during_a_failed_creation_flush_is_given_up(local: LocalStore) -> None:
+    """A creation whose creator leases the run next (``CREATOR_LEASES``, as ``Engine.start``
+    says) takes that lease while its flush runs in the thread, and hands it to the creator's
+    ``try_acquire``; when the flush fails, the lease is closed before the run is taken back:
+    no descriptor, no lock left of it, and the store goes on."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    await created(local)
+    stop = False
+
+    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
+        while not stop:
+            await asyncio.sleep(0)
+
+    async def create_leased(run: RunRecord) -> bool:
+        asked = CREATOR_LEASES.set(run.id)
+        try:
+            return await local.create_run(run, [{"type": "run_started", "ts": 1.0}])
+        finally:
+            CREATOR_LEASES.reset(asked)
+
+    other = asyncio.ensure_future(in_flight())
+    try:
+        first = record()
+        assert await create_leased(first)
+        assert local._leased_at_creation.keys() == {first.id}  # taken while the flush ran
+        lease = await acquire(local, first.id)  # handed over
+        assert not local._leased_at_creation
+        await lease.release()
+        fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+        with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError, match="EIO"):
+            await create_leased(record())
+        assert not local._leased_at_creation
+        if fds is not None:
+            assert len(os.listdir("/proc/self/fd")) == fds
+        assert len(await local.list_runs()) == 2
+        again = record()
+        assert await create_leased(again)
+        lease = await acquire(local, again.id)
+        await lease.release()
+    finally:
+        stop = True
+        await other
+
+
+async def test_a_creation_flushed_on_the_loop_leaves_its_lease_to_try_acquire(
+    local: LocalStore,
+) -> None:
+    """With nothing else to run, a creation is flushed on the loop (no thread hop): there is no
+    flush to take the lease during, and ``try_acquire`` takes it as before; a creation nobody
+    said it leases next takes no lease either."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    await created(local)
+    run = record()
+    asked = CREATOR_LEASES.set(run.id)
+    try:
+        assert await local.create_run(run, [{"type": "run_started", "ts": 1.0}])
+    finally:
+        CREATOR_LEASES.reset(asked)
+    assert not local._leased_at_creation
+    lease = await acquire(local, run.id)
+    await lease.release()
 
 
 # -- crashes between the steps of a save ------------------------------------------------------

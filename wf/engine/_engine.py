@@ -58,6 +58,7 @@ from wf.engine._streams import STREAM_FEATURE
 from wf.engine._threads import StepThreads, default_size
 from wf.engine._workflow import Workflow, same_workflow
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
+from wf.store._base import CREATOR_LEASES
 from wf.store._ids import new_run_id, validate_run_id
 
 FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
@@ -583,6 +584,9 @@ class Engine:
             # local store's flush follows the publication). That drive is the run's first, by
             # its creator (``_driver``: not one of a run whose creator died, driven apart).
             self.fresh[run_id] = workflow if isinstance(workflow, Workflow) else None
+        # Its lease is taken next (``_first_lease``): a store may take it while the creation is
+        # made durable (a loop of starts then takes it while the disk works).
+        leasing = CREATOR_LEASES.set(run_id if marked and self._leases_here() else None)
         try:
             created = await self.store.create_run(record, [started], explicit=explicit)
         except StoreCorrupted as error:
@@ -601,6 +605,8 @@ class Engine:
             if marked:
                 self.fresh.pop(run_id, None)
             raise
+        finally:
+            CREATOR_LEASES.reset(leasing)
         if not created:
             if marked:
                 self.fresh.pop(run_id, None)  # another start's run: marked again below if driven
@@ -650,6 +656,10 @@ class Engine:
             drive_aside(self, run_id, bounded=False, lease=lease)
         return Run(run_id, self)
 
+    def _leases_here(self) -> bool:
+        """Whether ``start`` takes the lease of a run it drives (``_first_lease``)."""
+        return not in_run.get() and self.may_drive
+
     async def _first_lease(self, run_id: str) -> Lease | None:
         """The lease of a run just created to be driven here, taken before ``start`` returns.
 
@@ -662,7 +672,7 @@ class Engine:
         tasks (the driver makes them in its own); taken by another process meanwhile (it
         drives the run: ``last_driver_died``); or failed (the drive task meets the error again
         and says it)."""
-        if in_run.get() or not self.may_drive:
+        if not self._leases_here():
             return None
         try:
             return await self.store.try_acquire(run_id)

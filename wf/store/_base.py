@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import contextvars
 import dataclasses
 import enum
 import functools
@@ -902,6 +903,15 @@ it leases nothing (the first in claim order; more is allowed): a worker that dri
 asks whether anything is startable among the first this many due runs, so a lane's later runs
 can never be among them, and reporting a long lane whole on every claim would cost each claim
 time in proportion to the lane."""
+
+
+CREATOR_LEASES: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "wf_creator_leases", default=None
+)
+"""The id of the run the current task is creating and leases next (``Engine.start`` of a run
+it drives: ``create_run``, then ``try_acquire``). A store may take that lease while it makes
+the creation durable and hand it to this process's next ``try_acquire`` of the run (the local
+store takes it while its flush runs in the thread); a store that does not ignores it."""
 
 
 class Store(abc.ABC):

@@ -31,7 +31,9 @@ ends, the creations are woken a loop pass before the appenders, so the start loo
 next creation before the appenders' tasks run, and the next flush (scheduled after them) begins
 with it: one flush per start still, the disk's time overlapped with theirs. A creation made
 while a flush runs is never released by it (that flush began before its names were written): it
-waits for the next.
+waits for the next. What a creator does next that needs no flush (a start's lease of its run) is
+done while that thread flushes (``sync_file_system``'s ``meanwhile``), not between the flush and
+the next creation, when the disk has nothing to do.
 
 A failed flush fails every waiter of its batch and poisons the descriptors in it: the page cache
 may have dropped the dirty pages, and a later fsync could succeed without the data ever reaching
@@ -72,6 +74,9 @@ class Committer:
         self._creations: list[asyncio.Future[None]] = []
         """Waiters that asked with the paths they owe (run creations): their batch is flushed
         in the flushing thread, and they are woken a loop pass before the appenders."""
+        self._meanwhile: list[tuple[asyncio.Future[None], Callable[[], None]]] = []
+        """What creations of the batch being formed asked to do on the loop while their
+        flush runs in the thread (``sync_file_system``'s ``meanwhile``), with their waiters."""
         self._marks: dict[int, int] = {}
         """Per device, the oldest ``_fsops.mark`` the callers of the batch took before they
         wrote (what its ``syncfs`` must cover)."""
@@ -114,7 +119,12 @@ class Committer:
         await self._flushed()
 
     async def sync_file_system(
-        self, path: str, device: int, since: int, owed: Collection[str] | None = None
+        self,
+        path: str,
+        device: int,
+        since: int,
+        owed: Collection[str] | None = None,
+        meanwhile: Callable[[], None] | None = None,
     ) -> None:
         """Return once ``owed`` (files and directories whose fsyncs ``deferred_fsyncs``
         collected) is durable, or without ``owed``, everything written so far on ``device``
@@ -125,14 +135,21 @@ class Committer:
         and a busy file system (``_pressure``), an ``fsync`` of each owed path and an
         ``fdatasync`` of each file written. Needs syncfs (``_fsops.HAVE_SYNCFS``); without it,
         callers fsync file by file.
+
+        ``meanwhile`` (a creation's, with ``owed``): called on the loop once the flush that
+        covers this call is under way in the flushing thread, while the disk works (the
+        creator's own next step, taken off the path that waits for the flush); not called when
+        the flush is made on the loop, or this caller stopped waiting first. It must not raise.
         """
         known_path, known = self._whole.get(device, (path, set()))
         merged = None if owed is None or known is None else known | set(owed)
         self._whole[device] = (known_path, merged)
         self._note(device, since)
-        await self._flushed(creation=owed is not None)
+        await self._flushed(creation=owed is not None, meanwhile=meanwhile)
 
-    async def _flushed(self, *, creation: bool = False) -> None:
+    async def _flushed(
+        self, *, creation: bool = False, meanwhile: Callable[[], None] | None = None
+    ) -> None:
         if not self._scheduled and not self._running and not others_ready(self.loop):
             # Nothing else can run before a scheduled flush would: flush now and save the
             # two loop iterations (a lone appender's whole overhead).
@@ -144,6 +161,8 @@ class Committer:
             return
         future: asyncio.Future[None] = self.loop.create_future()
         (self._creations if creation else self._waiters).append(future)
+        if meanwhile is not None:
+            self._meanwhile.append((future, meanwhile))
         if not self._scheduled and not self._running:
             self._scheduled = True
             self.loop.call_soon(self._flush)
@@ -174,6 +193,7 @@ class Committer:
         if self._running or not (self._waiters or self._creations):
             return  # a flush under way in the thread schedules the next when it ends
         creations, self._creations = self._creations, []
+        meanwhile, self._meanwhile = self._meanwhile, []
         dirty, whole, marks, waiters = self._take()
         plan = _plan(dirty, whole, marks)
         # Off the loop only with something else ready to run meanwhile (the runs in flight,
@@ -190,6 +210,11 @@ class Committer:
             plan,
             lambda error: self._flushed_off_loop(error, dirty, creations, waiters),
         )
+        # The creators' own work that needs no flush (their lease), done while the disk
+        # flushes, not between the flush and their next creation (a loop of starts).
+        for future, then in meanwhile:
+            if not future.done():  # a cancelled creation is being taken back
+                then()
 
     def _flushed_off_loop(
         self,
@@ -212,7 +237,7 @@ class Committer:
             # and a later flush need not report that failure again (the error is reported
             # once per open file): it is failed too, its descriptors poisoned.
             later = self._creations + self._waiters
-            self._creations = []
+            self._creations, self._meanwhile = [], []
             written, _, _, _ = self._take()
             self._finish(written, later, error, False)
             return

@@ -538,16 +538,27 @@ class LocalLease(Lease):
                 if committer.is_dirty(fd) and self._broken is None:
                     await self._commit(fd, path)
         finally:
-            for fd, _ in fds:
-                committer.forget(fd)
-            for writer in self._streams.values():
-                writer.release()
-            _forks.let_go(self)
-            _fsops.close(self._fd)  # closing the last descriptor drops the flock
-            if self._lock_fd is not None:
-                _fsops.close(self._lock_fd)
-            self._store.hub.held.pop(self.run_id, None)  # free: claims here may take it
-            self._store.hub.touch(self.run_id)
+            self._close(fds)
+
+    def abandon(self) -> None:
+        """Close a lease that has written nothing and drop the lock (a creation's lease, taken
+        while its flush ran, when that flush failed or was cancelled). Idempotent."""
+        if not self._released:
+            self._released = True
+            self._close([(self._fd, self._journal)])
+
+    def _close(self, fds: list[tuple[int, str]]) -> None:
+        committer = self._committer
+        for fd, _ in fds:
+            committer.forget(fd)
+        for writer in self._streams.values():
+            writer.release()
+        _forks.let_go(self)
+        _fsops.close(self._fd)  # closing the last descriptor drops the flock
+        if self._lock_fd is not None:
+            _fsops.close(self._lock_fd)
+        self._store.hub.held.pop(self.run_id, None)  # free: claims here may take it
+        self._store.hub.touch(self.run_id)
 
 
 def _due_now(due: str | None) -> bool:

@@ -39,6 +39,7 @@ from wf._exceptions import RunNotFound, StoreCorrupted, StoreError, UsageError
 from wf._files import FILES_PER_RUN, open_files_limit
 from wf._tasks import in_thread_alone, in_thread_to_the_end
 from wf.store._base import (
+    CREATOR_LEASES,
     Deleted,
     Event,
     HookRecord,
@@ -230,6 +231,9 @@ class LocalStore(Store):
         creation, and its bytes when it is all the run has (no ``run.json``): a lease taken
         while the journal still ends there (slack follows) then reads neither back
         (``_acquire``)."""
+        self._leased_at_creation: dict[str, LocalLease] = {}
+        """Leases ``create_run`` took for the run's creator while its flush ran
+        (``CREATOR_LEASES``), until its ``try_acquire`` takes them (right after)."""
 
     def __repr__(self) -> str:
         return f"LocalStore({str(self.path)!r})"
@@ -473,6 +477,9 @@ class LocalStore(Store):
         fails, the run is taken back out of ``runs/``. Without syncfs every file and directory
         is fsynced before the rename, and ``runs/`` after it.
         """
+        # Its creator leases it next (``CREATOR_LEASES``): taken while the flush runs, if it
+        # runs in the thread (``take_lease``), and handed to the creator's ``try_acquire``.
+        lease = CREATOR_LEASES.get() == record.id
         run_dir = self.run_dir(record.id)
         if record.parent_id is not None:
             validate_run_id(record.parent_id)
@@ -508,6 +515,7 @@ class LocalStore(Store):
         if published is None:
             return False  # another process created it first (our names are taken back)
         owed, journal, events = published
+        taken: LocalLease | None = None
         if owed:
             try:
                 committer = committer_for(asyncio.get_running_loop())
@@ -517,13 +525,25 @@ class LocalStore(Store):
                     # What was staged is now under the run's own name, and the rename is a
                     # name in ``runs/``: both owed to a flush that goes file by file.
                     moved = [run_dir + p[len(staging) :] if _under(p, staging) else p for p in owed]
+
+                    def take_lease() -> None:
+                        nonlocal taken
+                        taken = self._lease_created(record.id, journal)
+
                     await committer.sync_file_system(
-                        self.root, self._device, since, [*moved, self.runs]
+                        self.root,
+                        self._device,
+                        since,
+                        [*moved, self.runs],
+                        take_lease if lease else None,
                     )
             except BaseException:
                 # Not durable, maybe never will be: unpublish rather than leave a run whose
                 # creation was reported failed, and its names with it (once it is out: a
-                # run that stays has its names).
+                # run that stays has its names), its lease first if one was taken meanwhile.
+                if taken is not None:
+                    with contextlib.suppress(StoreError):
+                        taken.abandon()
                 try:
                     os.rename(run_dir, staging)
                 except OSError:
@@ -541,14 +561,30 @@ class LocalStore(Store):
                 self.checkpoint()
             except StoreError as error:
                 log.warning("creation log %s kept: %s", self.log.path, error)
+        if taken is not None:  # the creator's, for its ``try_acquire`` (right after)
+            self._leased_at_creation[record.id] = taken
         self.counters.bump(record.status.value)
         if len(self._created) > 4096:
             self._created.clear()
-        self._created[record.id] = journal
+        if taken is None:  # for its first lease, wherever taken (``_acquire_once``)
+            self._created[record.id] = journal
         self.queue.remember(record.id, tags_of(record.queue, lane_of(record), record.limits))
         self.hub.touch("")
         self.hub.touch(record.id)
         return True
+
+    def _lease_created(self, run_id: str, journal: tuple[int, bytes | None]) -> LocalLease | None:
+        """The lease of a run this call's creation has just published (``journal``: its size
+        and bytes, ``_stage``'s), as ``try_acquire`` takes it; None if it cannot be taken now
+        (the caller's own ``try_acquire`` then meets whatever stopped it)."""
+        self._created[run_id] = journal
+        try:
+            got = self._acquire(run_id)
+        except Exception:
+            return None
+        finally:
+            self._created.pop(run_id, None)  # taken (or not): its caller tries again
+        return got if isinstance(got, LocalLease) else None
 
     async def _log_creation(
         self, committer: Any, record: RunRecord, events: Sequence[Event], since: int
@@ -1009,6 +1045,9 @@ class LocalStore(Store):
         writes through. A format-1 store's ``lock`` file is locked first, as its wf did.
         A packed run is unpacked first, waiting off the loop for the segments lock if another
         process holds it (a ``wf retry`` while ``wf gc`` packs)."""
+        taken = self._leased_at_creation.pop(run_id, None)
+        if taken is not None:
+            return taken  # its creator's, taken while the creation's flush ran
         for _attempt in range(3):
             try:
                 got = self._acquire(run_id)
@@ -2148,6 +2187,10 @@ class LocalStore(Store):
         """Stop watching (the last store on this directory in the process stops the thread)."""
         if not self._closed:
             self._closed = True
+            for lease in self._leased_at_creation.values():  # never handed over: nobody's
+                with contextlib.suppress(StoreError):
+                    lease.abandon()
+            self._leased_at_creation.clear()
             if self._using is not None:
                 _format.release_use(self.root, self._using)
                 self._using = None
