@@ -120,10 +120,11 @@ def unguarded_start(file: str) -> str | None:
     import ast
 
     from wf._guard import import_time_calls
+    from wf._syntax import parse_source
 
     found: str | None = None
     try:
-        tree = ast.parse(Path(file).read_bytes(), filename=file)
+        tree = parse_source(Path(file).read_bytes(), filename=file)
     except (OSError, SyntaxError, ValueError):
         tree = None
     if tree is not None:

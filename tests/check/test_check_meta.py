@@ -13,8 +13,9 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "check.md"
 
 
 # Modules of wf the analyzer shares with the runtime, each importing only the standard library:
-# wf._guard, the reading of `if __name__ == "__main__":` that WF506 and the loader agree on.
-SHARED = {"wf._guard"}
+# wf._guard, the reading of `if __name__ == "__main__":` that WF506 and the loader agree on;
+# wf._syntax, the one parse of the process at a time.
+SHARED = {"wf._guard", "wf._syntax"}
 
 
 def _wf_imports(path: Path) -> list[str]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from wf._syntax import parse_source
 from wf.check._config import excluded
 from wf.check._index import ModuleIndex, index_module
 from wf.check._model import UNLISTED_DIRECTORY, CheckConfig, CheckUsageError, Finding
@@ -180,7 +181,7 @@ def parse(
     """Parse and index source text (or a file's bytes, decoded as an import decodes them), or
     return the syntax error as a located finding."""
     try:
-        tree = ast.parse(source, filename=display)
+        tree = parse_source(source, filename=display)
     except SyntaxError as exc:
         if isinstance(source, bytes) and _undecodable(exc):
             why = f"cannot decode file: {exc.msg}"

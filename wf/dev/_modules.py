@@ -43,6 +43,7 @@ from typing import Any
 
 from wf import _interrupts
 from wf._loader import ensure_on_path, module_name_for
+from wf._syntax import parse_source
 from wf.check._files import resolved
 from wf.engine import _workflow
 from wf.engine._errors import sigint_may_raise
@@ -219,7 +220,7 @@ class ProjectModules:
 
     def _imported_files(self, file: Path) -> list[Path]:
         try:
-            tree = ast.parse(file.read_bytes())
+            tree = parse_source(file.read_bytes())
         except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
             return []  # the check reports it
         found: list[Path] = []

@@ -24,6 +24,7 @@ import typing_extensions
 from pydantic import Field, TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
+from wf._syntax import parse_source
 from wf.admin._model import Operation, Reason
 from wf.store._faults import Fault
 
@@ -209,7 +210,7 @@ def _module_docs(module: str) -> dict[str, dict[str, str]]:
 
     try:
         path = inspect.getsourcefile(sys.modules[module])
-        tree = ast.parse(open(path or "", encoding="utf-8").read())  # noqa: SIM115
+        tree = parse_source(open(path or "", encoding="utf-8").read())  # noqa: SIM115
     except (KeyError, OSError, TypeError, SyntaxError):
         return {}
     found: dict[str, dict[str, str]] = {}
