@@ -1978,15 +1978,22 @@ class LocalStore(Store):
     ) -> tuple[list[bytes], bool]:
         """Chunks from ``start`` on (a batch with ``max_bytes``), and whether the stream is
         closed. Their index is read here; their bytes too when few, else in a thread: three
-        readers of a stream of 20 MB chunks over ``wf serve`` held the loop for seconds."""
+        readers of a stream of 20 MB chunks over ``wf serve`` held the loop for seconds. The
+        index is read again after the bytes, and the read made again if a writer's repair
+        changed it meanwhile (a read in a thread gave a torn chunk's bounds on new bytes)."""
         if start < 0:
             raise UsageError(f"read_chunks start must be >= 0, not {start}")
         run_dir, _loc = self._find(run_id)  # a packed run has no stream: its files are absent
         self._remember(run_id, run_dir)
-        span = _streams.locate(run_dir, stream, start, max_bytes)
-        if span.size <= _READ_ON_LOOP:
-            return _streams.load(span), span.closed
-        return await asyncio.to_thread(_streams.load, span), span.closed
+        for _ in range(_streams.RACES):  # again while a writer's repair changes the index
+            span = _streams.locate(run_dir, stream, start, max_bytes)
+            if span.size <= _READ_ON_LOOP:
+                chunks, whole = _streams.load(span)
+            else:
+                chunks, whole = await asyncio.to_thread(_streams.load, span)
+            if whole:
+                return chunks, span.closed
+        return chunks, False  # the chunks the index held both before and after their read
 
     async def list_streams(self, run_id: str) -> dict[str, tuple[int, bool]]:
         """Stream name -> (chunk count, closed); a damaged stream is left out, noted in

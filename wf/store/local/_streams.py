@@ -12,7 +12,9 @@ the stream name (which may be any string):
 Only the lease holder writes. A chunk is durable when ``write_chunk`` returns (both files join
 the group commit). Its index entry is what makes it exist, so writing a chunk twice (a replayed
 step) is a no-op, and a crash between the two writes leaves at most an unindexed tail of data,
-which the next writer cuts off. Readers trust an index entry only if the data reaches its end.
+which the next writer cuts off. Readers trust an index entry only if the data reaches its end,
+and only if the index still holds it once they read the data (that writer's repair may have cut
+it and written new chunks over its bytes meanwhile: see ``load``).
 """
 
 from __future__ import annotations
@@ -107,12 +109,17 @@ MOST_CHUNKS = 4096
 @dataclasses.dataclass(frozen=True)
 class Span:
     """Where a read's chunks are: the data file's bytes ``begin`` to ``ends[-1]``, cut at
-    ``ends``; and whether the stream was closed (read before the index: see ``locate``)."""
+    ``ends``; and whether the stream was closed (read before the index: see ``locate``).
+    ``idx_path`` and ``at`` (the byte offset of ``ends[0]``'s entry, or of ``begin``'s when
+    ``begin`` came from an entry) let ``load`` check the index still says so."""
 
     data_path: str
     begin: int
     ends: list[int]
     closed: bool
+    idx_path: str = ""
+    at: int = 0
+    anchored: bool = False
 
     @property
     def size(self) -> int:
@@ -144,44 +151,81 @@ def locate(run_dir: str, stream: str, start: int, max_bytes: int | None = None) 
         ends = _ends(_fsops.pread(idx_fd, length, offset, idx_path))
     finally:
         _fsops.close(idx_fd)
-    begin = 0 if start == 0 else (ends.pop(0) if ends else 0)
+    anchored = start > 0 and bool(ends)
+    begin = ends.pop(0) if anchored else 0
     if max_bytes is not None:
         ends = ends[:MOST_CHUNKS]
         fit = 1
         while fit < len(ends) and ends[fit] - begin <= max_bytes:
             fit += 1
         ends = ends[:fit]
-    return Span(data_path, begin, ends, closed)
+    return Span(data_path, begin, ends, closed, idx_path, offset, anchored)
 
 
-def load(span: Span) -> list[bytes]:
+def load(span: Span) -> tuple[list[bytes], bool]:
     """The chunks ``span`` locates, but those whose data did not reach the disk (the data
-    file only grows under the others: a writer's repair cuts only what no entry reached)."""
+    file only grows under the others: a writer's repair cuts only what no entry reached);
+    and whether they are all it locates. A new writer's repair may cut an entry whose data
+    did not reach the disk, and write new chunks over its bytes, between ``locate`` and
+    this read: the index is read again after the data, and only the chunks whose entries
+    (and ``begin``'s) it still holds are returned, with False (read again from ``locate``)."""
     if not span.ends:
-        return []
+        return [], True
     data_fd = _fsops.open_fd(span.data_path, os.O_RDONLY)
     try:
         data_size = os.fstat(data_fd).st_size
         ends = [end for end in span.ends if end <= data_size]
         if not ends:
-            return []
+            return [], True
         blob = _fsops.pread(data_fd, ends[-1] - span.begin, span.begin, span.data_path)
     finally:
         _fsops.close(data_fd)
+    kept = _still_indexed(span, ends)
+    whole = kept == len(ends)
+    if not whole:
+        ends = ends[:kept]
+        blob = blob[: ends[-1] - span.begin] if ends else b""
+    if not ends:
+        return [], whole
     if len(ends) == 1:
-        return [blob]  # no copy: a big chunk is read alone
+        return [blob], whole  # no copy: a big chunk is read alone
     chunks, begin = [], span.begin
     view = memoryview(blob)
     for end in ends:
         chunks.append(bytes(view[begin - span.begin : end - span.begin]))
         begin = end
-    return chunks
+    return chunks, whole
+
+
+def _still_indexed(span: Span, ends: list[int]) -> int:
+    """How many of ``ends`` (the first of ``span.ends``) the index still holds, as read
+    again now: 0 when ``begin``'s entry changed."""
+    expected = ([span.begin] if span.anchored else []) + ends
+    idx_fd = _fsops.open_fd(span.idx_path, os.O_RDONLY)
+    try:
+        now = _ends(_fsops.pread(idx_fd, len(expected) * _ENTRY, span.at, span.idx_path))
+    finally:
+        _fsops.close(idx_fd)
+    same = 0
+    for was, is_now in zip(expected, now, strict=False):
+        if was != is_now:
+            break
+        same += 1
+    return max(0, same - 1) if span.anchored else same
+
+
+RACES = 3
+"""The reads a read makes at most while repairs change the index under it (see ``load``)."""
 
 
 def read(run_dir: str, stream: str, start: int) -> tuple[list[bytes], bool]:
     """Chunks from index ``start`` on, and whether the stream is closed."""
-    span = locate(run_dir, stream, start)
-    return load(span), span.closed
+    for _ in range(RACES):
+        span = locate(run_dir, stream, start)
+        chunks, whole = load(span)
+        if whole:
+            return chunks, span.closed
+    return chunks, False  # what is sure: the chunks the index held before and after
 
 
 def list_streams(run_dir: str, faults: Faults, run_id: str) -> dict[str, tuple[int, bool]]:
