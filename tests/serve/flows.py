@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 
 import wf
@@ -348,3 +349,35 @@ async def positive(token: str) -> int:
 
     hook = wf.create_hook(Positive, token=token)
     return (await hook.next()).n
+
+
+@wf.step
+async def write_reply(stream: str, reply: bytes, more: int) -> None:
+    async with wf.stream_writer(stream) as writer:
+        await writer.write(reply)
+        for _ in range(more):
+            await writer.write(b"x" * (1 << 20))
+
+
+@wf.workflow
+async def flooding_webhook(token: str, body_bytes: int, more: int) -> str:
+    """Writes its webhook's reply itself (a body of ``body_bytes``), then ``more`` MiB to the
+    reply's stream: a reply stream as big as a run may make it."""
+    hook = wf.create_webhook(dict, token=token)
+    request = await hook.request()
+    body = {"ok": True, "pad": "p" * body_bytes}
+    reply = {"status": 200, "kind": "json", "body": json.dumps(body), "headers": {}}
+    await write_reply(f"wf:webhook:{request.id}", json.dumps(reply).encode(), more)
+    return "replied"
+
+
+@wf.workflow
+async def respond_with(token: str, size: int) -> str:
+    """Replies to its webhook's request with a text of ``size`` bytes: what ``respond`` says."""
+    hook = wf.create_webhook(dict, token=token, timeout=1)
+    request = await hook.request()
+    try:
+        await request.respond(200, "t" * size)
+    except wf.UsageError as error:
+        return f"UsageError: {error}"
+    return "replied"

@@ -45,6 +45,12 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8420"
 DEFAULT_TIMEOUT = 10.0
 MAX_TIMEOUT = 3600.0
 """The longest a webhook's caller may be kept waiting for the run's reply (seconds)."""
+
+MAX_REPLY = 1 << 20
+"""The most bytes a reply the run writes (``request.respond``) takes as recorded: its body
+(base64 for ``bytes``) and headers, as JSON. ``respond`` refuses a bigger one; the server reads
+no more of a reply stream than its first chunk, and answers ``502 reply_too_large`` when that
+is bigger (a run that wrote the stream itself)."""
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 COOKIE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
 """Headers (lower case) a webhook reply may not carry."""
@@ -185,15 +191,21 @@ class WebhookRequest:
         if self._answered:
             raise UsageError("this webhook request has its reply already: respond() once")
         _check_reply(status, headers or {}, body)
-        self._answered = True
-        if not self.id:
-            return _nowhere()
         if isinstance(body, bytes):
             kind, text = "base64", base64.b64encode(body).decode()
         elif isinstance(body, str):
             kind, text = "text", body
         else:
             kind, text = "json", json.dumps(body)
+        size = len(_recorded(status, kind, text, dict(headers or {})))
+        if size > MAX_REPLY:
+            raise UsageError(
+                f"a webhook reply takes at most {MAX_REPLY} bytes as recorded (its body, base64 "
+                f"for bytes, and headers, as JSON), this one {size}"
+            )
+        self._answered = True
+        if not self.id:
+            return _nowhere()
         return send_reply(self.id, status, kind, text, dict(headers or {}))
 
 
@@ -206,9 +218,13 @@ async def send_reply(
     delivery: str, status: int, kind: str, body: str, headers: dict[str, str]
 ) -> None:
     """Write a webhook's reply where the server that holds the request follows it."""
-    reply = {"status": status, "kind": kind, "body": body, "headers": headers}
     async with stream_writer(REPLY_STREAM + delivery) as writer:
-        await writer.write(json.dumps(reply).encode())
+        await writer.write(_recorded(status, kind, body, headers))
+
+
+def _recorded(status: int, kind: str, body: str, headers: dict[str, str]) -> bytes:
+    """A reply as its stream holds it (``MAX_REPLY`` bounds its size)."""
+    return json.dumps({"status": status, "kind": kind, "body": body, "headers": headers}).encode()
 
 
 class Webhook(Hook[T]):

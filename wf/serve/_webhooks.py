@@ -25,7 +25,8 @@ from wf._exceptions import HookError
 from wf.serve import _params as params
 from wf.serve._errors import ApiError, error_response
 from wf.serve._state import state
-from wf.store import DELIVERY_KEPT, WebhookDelivery
+from wf.store import DELIVERY_KEPT, Store, WebhookDelivery
+from wf.store._base import _reads_in_batches
 
 log = logging.getLogger("wf.serve")
 _DROPPED_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
@@ -146,26 +147,42 @@ async def webhook(request: Request) -> Response:
     if isinstance(static, dict):
         return reply_response(static)
     timeout = float(config.get("timeout") or 10.0)
-    reply = await _await_reply(request, run.id, REPLY_STREAM + delivery, timeout)
-    if reply is None:
+    written = await _await_reply(request, run.id, REPLY_STREAM + delivery, timeout)
+    if written is None:
         return JSONResponse({"run_id": run.id, "status": "accepted"}, status_code=202)
-    return reply_response(reply)
+    return _recorded_reply(written)
 
 
-async def _await_reply(
-    request: Request, run_id: str, stream: str, timeout: float
-) -> dict[str, Any] | None:
-    """The reply the run writes to ``stream``, or None after ``timeout`` (or if the run ends
-    without one)."""
+async def _await_reply(request: Request, run_id: str, stream: str, timeout: float) -> bytes | None:
+    """The reply the run writes to ``stream`` (its first chunk, as written), or None after
+    ``timeout`` (or if the run ends without one). Read in a batch of ``STREAM_BATCH_BYTES``
+    (``MAX_REPLY``), whatever else the run writes to the stream."""
     store = state(request).store
     try:
         async with asyncio.timeout(timeout):
             async for chunk in store.stream_chunks(run_id, stream, 0, poll=1.0):
-                reply: dict[str, Any] = json.loads(chunk)
-                return reply
+                return chunk
     except TimeoutError:
         return None
     return None
+
+
+def _recorded_reply(chunk: bytes) -> Response:
+    """The response to a reply the run wrote (the first chunk of its reply stream): ``502
+    reply_too_large``, said in one log line, when it is over ``MAX_REPLY`` (``respond``
+    refuses such a reply: the run wrote the stream itself)."""
+    from wf.engine._webhooks import MAX_REPLY
+
+    if len(chunk) > MAX_REPLY:
+        log.warning(
+            "a webhook reply of %d bytes is too large to send (at most %d)", len(chunk), MAX_REPLY
+        )
+        return error_response(
+            502,
+            "reply_too_large",
+            f"the run's reply is {len(chunk)} bytes, over the {MAX_REPLY} a reply may take",
+        )
+    return reply_response(json.loads(chunk))
 
 
 _PRUNE_EVERY = 3600.0
@@ -245,10 +262,16 @@ async def _retried(request: Request, token: str) -> Response | None:
         if found.reply is not None:
             return reply_response(found.reply)
         with contextlib.suppress(Exception):  # the run deleted since: no reply to give
-            chunks, _closed = await server.store.read_chunks(
-                found.run_id, REPLY_STREAM + found.id, 0
-            )
+            chunks = await _first_chunk(server.store, found.run_id, REPLY_STREAM + found.id)
             if chunks:
-                return reply_response(json.loads(chunks[0]))
+                return _recorded_reply(chunks[0])
         return JSONResponse({"run_id": found.run_id, "status": "accepted"}, status_code=202)
     return None
+
+
+async def _first_chunk(store: Store, run_id: str, stream: str) -> list[bytes]:
+    """The first chunk of ``stream`` (none if it has none): the reply, never the rest a run
+    wrote after it (a retry read a run's 24 MiB stream whole to send a reply of 40 bytes)."""
+    if _reads_in_batches(type(store)):
+        return (await store.read_chunks(run_id, stream, 0, max_bytes=0))[0][:1]
+    return (await store.read_chunks(run_id, stream, 0))[0][:1]  # a store of the older contract

@@ -1,0 +1,72 @@
+"""The reply a run writes for its webhook's caller: read within a bound, whatever the run wrote."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.serve.conftest import Api
+from wf import UsageError
+from wf.engine._webhooks import MAX_REPLY
+
+
+def _count_reads(api: Api, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes of each ``read_chunks`` the server makes from now on."""
+    read: list[int] = []
+    real = api.engine.store.read_chunks
+
+    async def counted(*args: Any, **kwargs: Any) -> tuple[list[bytes], bool]:
+        chunks, closed = await real(*args, **kwargs)
+        read.append(sum(map(len, chunks)))
+        return chunks, closed
+
+    monkeypatch.setattr(api.engine.store, "read_chunks", counted)
+    return read
+
+
+async def test_a_retry_reads_the_reply_not_the_whole_reply_stream(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run wrote 24 MiB more after its reply to the reply's stream: a retry after the run
+    # ended read all of it (24 MiB held to send a reply of 40 bytes).
+    run_id = await api.start("flooding_webhook", {"token": "wh-flood", "body_bytes": 0, "more": 24})
+    await api.until(run_id, lambda d: d["hooks"])
+    key = {"Idempotency-Key": "evt-1"}
+    first = await api.client.post("/webhooks/wh-flood", json={}, headers=key)
+    assert (first.status_code, first.json()) == (200, {"ok": True, "pad": ""})
+    assert (await api.result(run_id))["output"] == "replied"
+    read = _count_reads(api, monkeypatch)
+    retry = await api.client.post("/webhooks/wh-flood", json={}, headers=key)
+    assert (retry.status_code, retry.json()) == (200, {"ok": True, "pad": ""})
+    assert read and sum(read) <= MAX_REPLY, f"{sum(read) / 2**20:.1f} MiB read for one reply"
+
+
+async def test_a_reply_over_the_bound_is_answered_502_in_one_log_line(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    run_id = await api.start(
+        "flooding_webhook", {"token": "wh-big", "body_bytes": MAX_REPLY, "more": 0}
+    )
+    await api.until(run_id, lambda d: d["hooks"])
+    key = {"Idempotency-Key": "evt-1"}
+    for attempt in ("first", "retry"):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="wf.serve"):
+            answer = await api.client.post("/webhooks/wh-big", json={}, headers=key)
+        assert answer.status_code == 502, attempt
+        error = answer.json()["error"]
+        assert error["type"] == "reply_too_large", attempt
+        assert f"{MAX_REPLY}" in error["message"], attempt
+        said = [r for r in caplog.records if "too large" in r.getMessage()]
+        assert len(said) == 1 and said[0].exc_info is None, attempt
+        await api.result(run_id)
+
+
+async def test_respond_refuses_a_reply_over_the_bound(api: Api) -> None:
+    run_id = await api.start("respond_with", {"token": "wh-huge", "size": MAX_REPLY})
+    await api.until(run_id, lambda d: d["hooks"])
+    answer = await api.client.post("/webhooks/wh-huge", json={})
+    assert answer.status_code == 202  # the run failed to reply: the caller is told accepted
+    output = (await api.result(run_id))["output"]
+    assert output.startswith(UsageError.__name__) and "at most" in output, output
