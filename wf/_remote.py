@@ -871,14 +871,17 @@ class RemoteRun(Run[Any]):
     async def read_stream(
         self, name: str | None = None, start: int = 0, *, follow: bool = True
     ) -> AsyncIterator[bytes]:
-        """The chunks of byte stream ``name``, as the server sends them, until it closes; then
-        ``wf.StreamIncomplete`` if its writer was cut off (the run's ``stream_info`` says so:
-        the server ends such a body without its last chunk)."""
+        """The chunks of byte stream ``name``, as the store has them (the server sends each
+        one's length before it: ``wf._frames``; a server that does not, the pieces it sends),
+        until it closes; then ``wf.StreamIncomplete`` if its writer was cut off (the run's
+        ``stream_info`` says so: the server ends such a body without its last chunk)."""
         import httpx
+
+        from wf import _frames
 
         name = "default" if name is None else check_name("a stream name", name)
         path = self._path("/streams/" + urllib.parse.quote(name, safe=""))
-        params = {"start": start, "follow": str(follow).lower()}
+        params = {"start": start, "follow": str(follow).lower(), "framed": "true"}
         url = self.client.url
         cut: httpx.TransportError | None = None
         try:
@@ -886,11 +889,16 @@ class RemoteRun(Run[Any]):
                 if response.status_code >= 300 or API_HEADER not in response.headers:
                     await response.aread()
                     _answer(response, self.client)
+                framed = response.headers.get(_frames.FRAMING_HEADER) == _frames.FRAMING
+                frames = _frames.Unframer()
                 try:
-                    async for chunk in response.aiter_raw():
-                        yield chunk
+                    async for piece in response.aiter_raw():
+                        for chunk in frames.feed(piece) if framed else [piece]:
+                            yield chunk
                 except httpx.RemoteProtocolError as exc:
                     cut = exc  # the body ended early: cut off, or the connection dropped
+                if cut is None and frames.partial:  # ended inside a chunk: never a whole body
+                    cut = httpx.RemoteProtocolError("the body ended inside a chunk")
         except httpx.TransportError as exc:
             raise self.client.unreachable(exc, self.client.timeout) from None
         detail = await self.client.call("GET", self._path(), params=_NO_EVENTS)

@@ -381,3 +381,17 @@ async def respond_with(token: str, size: int) -> str:
     except wf.UsageError as error:
         return f"UsageError: {error}"
     return "replied"
+
+
+@wf.step
+async def write_sized(sizes: list[int]) -> None:
+    async with wf.stream_writer() as writer:
+        for index, size in enumerate(sizes):
+            await writer.write(bytes([65 + index]) * size)
+
+
+@wf.workflow
+async def sized_chunks(sizes: list[int]) -> int:
+    """Writes a chunk of each of ``sizes`` bytes to the default stream (``A``s, ``B``s...)."""
+    await write_sized(sizes)
+    return len(sizes)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from textual.widgets import DataTable, Log
+from textual.widgets import DataTable, Log, RichLog
 
 import wf
 from tests.cli.tui.conftest import SIZE, header, until
@@ -181,3 +181,50 @@ async def test_a_server_out_of_reach_is_said_on_the_screens_not_a_crash() -> Non
             assert app.is_running
     finally:
         remote.close()
+
+
+SIZES = [7, 600_000, 5, 300_000]
+"""Chunks bigger than the server's 256 KB pieces of a stream's body, and small ones."""
+
+
+async def test_a_stream_over_a_server_is_its_chunks_as_the_store_has_them(
+    http: admin.HttpAdmin, live: Api
+) -> None:
+    # The TUI over WF_URL counted the server's 256 KB pieces as chunks: a 600 KB chunk was
+    # chunks #1-#3 there, #1 in the TUI on the store; the streams' chunk numbers differed.
+    run_id = await http.start("tests.serve.flows:sized_chunks", {"sizes": SIZES})
+    await http.ended(run_id)
+    here = admin.LocalAdmin(live.engine)
+    for start in (0, 1, 2, -1):
+        for follow in (True, False):
+            local = [c async for c in here.follow_stream(run_id, "default", start, follow=follow)]
+            remote = [c async for c in http.follow_stream(run_id, "default", start, follow=follow)]
+            assert [len(c) for c in remote] == [len(c) for c in local], (start, follow)
+            assert remote == local
+    raw = await live.client.get(f"/api/v1/runs/{run_id}/streams/default?follow=false")
+    whole = b"".join(bytes([65 + index]) * size for index, size in enumerate(SIZES))
+    assert raw.content == whole and "wf-stream-framing" not in raw.headers  # as before
+
+
+async def test_the_app_over_a_server_numbers_a_streams_chunks_as_the_store_does(
+    http: admin.HttpAdmin, live: Api
+) -> None:
+    run_id = await http.start("tests.serve.flows:sized_chunks", {"sizes": SIZES})
+    await http.ended(run_id)
+    seen = [await _stream_tab(client, run_id) for client in (admin.LocalAdmin(live.engine), http)]
+    local, remote = seen
+    assert "chunks 3–3" in local[0]  # the tail: the end of #3
+    assert remote == local
+
+
+async def _stream_tab(client: admin.Admin, run_id: str) -> tuple[str, list[str], Any]:
+    """The streams tab of the run's screen: its status line, its chunk numbers, what it shows."""
+    app = InspectApp(client, run_id=run_id)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.view)
+        await pilot.press("6")
+        viewer = app.screen.query_one("#stream-viewer", StreamViewer)
+        await until(pilot, lambda: viewer.shown is not None and viewer.shown[2])
+        status = str(viewer.query_one("#stream-status").render())
+        numbers = [line.text.split("│")[0].strip() for line in viewer.query_one(RichLog).lines]
+        return status, [number for number in numbers if number], viewer.shown

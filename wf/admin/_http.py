@@ -312,7 +312,8 @@ class HttpAdmin:
         received, reached = 0, False
         while True:
             # Read again after a restart: from ``start`` once more, the bytes received before
-            # left out (``start`` counts the stream's chunks, which HTTP does not keep apart).
+            # left out (whole chunks from a server that frames them; a server that does not
+            # sends pieces, whose count says nothing of the stream's chunks).
             skip = received
             try:
                 async for chunk in run.read_stream(name, start, follow=follow):

@@ -17,7 +17,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import Send
 
-from wf import admin
+from wf import _frames, admin
 from wf._exceptions import HookError
 from wf._tasks import in_thread_alone
 from wf.admin import _feed as admin_feed
@@ -282,6 +282,9 @@ async def read_stream(request: Request) -> Response:
     # A page that asks the run how the stream stands once its body ends (the web UI) takes a
     # cut-off body ended as any other: a browser may drop the bytes before a dropped end.
     abort = params.flag(request, "abort_cut_off", True)
+    # Each chunk's length before its bytes (``wf._frames``): the remote client keeps the
+    # stream's chunks apart so (the terminal UI numbered the 256 KB pieces of a big one).
+    framed = params.flag(request, "framed", False)
     store = state(request).store
     # Before the body: a deleted run (when and why, as GET /runs/{id}) or a stream the run
     # has not (a 404 naming its streams) is the answer. Not open yet: followed, a run that is
@@ -290,13 +293,15 @@ async def read_stream(request: Request) -> Response:
 
     async def body() -> AsyncIterator[bytes]:
         async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):
+            head = _frames.head(len(chunk)) if framed else b""
             if len(chunk) <= _SEND_PIECE:
-                yield chunk
+                yield head + chunk if head else chunk
                 continue
             # HTTP framing copies what it sends: a chunk of 10 MB held the loop ~0.15 s, and
             # three readers kept other requests waiting. HTTP keeps no chunks apart anyway.
             for offset in range(0, len(chunk), _SEND_PIECE):
-                yield chunk[offset : offset + _SEND_PIECE]
+                piece = chunk[offset : offset + _SEND_PIECE]
+                yield head + piece if offset == 0 and head else piece
 
     return _LongBody(
         body(),
@@ -304,7 +309,11 @@ async def read_stream(request: Request) -> Response:
         abort_cut_off=abort,
         cut_when_stopping=True,
         media_type="application/octet-stream",
-        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+        headers={
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+            **({_frames.FRAMING_HEADER: _frames.FRAMING} if framed else {}),
+        },
     )
 
 

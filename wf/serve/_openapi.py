@@ -379,6 +379,14 @@ def _paths() -> dict[str, Any]:
                         "run's stream_info says it is incomplete",
                         "schema": {"type": "boolean"},
                     },
+                    {
+                        "name": "framed",
+                        "in": "query",
+                        "description": "each chunk's length (8 bytes, big-endian) before its "
+                        "bytes, so the stream's chunks are kept apart (the response says "
+                        "WF-Stream-Framing: length); default false: the bytes alone",
+                        "schema": {"type": "boolean"},
+                    },
                 ],
                 "responses": {
                     "200": {
