@@ -322,3 +322,54 @@ async def test_an_orphan_of_a_capped_workflow_keeps_its_place_before_later_runs(
     await asyncio.wait_for(worker.run(until_idle=True), 20)
     assert [await r.result() for r in (orphan, *later)] == [0, 1, 2, 3]
     assert log == ["in 0", "in 0", "end 0", "in 1", "end 1", "in 2", "end 2", "in 3", "end 3"]
+
+
+@wf.workflow(rate_limit=(1, 3600))
+async def hourly(n: int) -> int:
+    return n
+
+
+async def test_a_rate_limit_start_taken_back_while_the_worker_reads_the_queue_is_not_lost(
+    wf_engine: Engine, engine_store: Store, mock_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A start of the limit holding a run here is taken back (its caller was cancelled as it
+    # was counted) after the worker's look at its held runs and before its look at the queue,
+    # which takes the store's wake-up for itself: the worker slept until its poll (an hour),
+    # the held run with it, though the limit let it through.
+    mock_clock.autojump = False  # the limit's window never ends by itself here
+    await engine_store.wait_for_activity(0)  # listening already: no first wait ends at once
+    first = await wf.start(hourly, 0, detach=True)
+    held = await wf.start(hourly, 1, detach=True)
+    worker = wf.Worker(wf_engine, concurrency=10, poll=3600)  # its poll never comes round
+    taken_back = asyncio.Event()
+    returns, try_rate, retry_at = (
+        engine_store.rate_returns,
+        engine_store.try_rate,
+        engine_store.rate_retry_at,
+    )
+
+    async def admitting(real: Any, *args: Any) -> float | None:
+        return None if taken_back.is_set() else cast(float | None, await real(*args))
+
+    monkeypatch.setattr(engine_store, "rate_returns", lambda: returns() + taken_back.is_set())
+    monkeypatch.setattr(engine_store, "try_rate", lambda *a: admitting(try_rate, *a))
+    monkeypatch.setattr(engine_store, "rate_retry_at", lambda *a: admitting(retry_at, *a))
+    read_queue = engine_store.next_due_at
+
+    async def next_due_at(*args: Any, **kwargs: Any) -> float | None:
+        ended = worker.held_drives and (await engine_store.get_run(first.id)).status.is_terminal
+        if ended and not taken_back.is_set():
+            taken_back.set()  # heard by the store, not announced to this worker's wait
+        return cast(float | None, await read_queue(*args, **kwargs))
+
+    monkeypatch.setattr(engine_store, "next_due_at", next_due_at)
+    task = asyncio.ensure_future(worker.run())
+    try:
+        async with asyncio.timeout(10):  # looked at, not driven by the test: the worker does
+            while not (await engine_store.get_run(held.id)).status.is_terminal:
+                await asyncio.sleep(0.01)
+        assert taken_back.is_set()
+        assert await held.result() == 1
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 10)

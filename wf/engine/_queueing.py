@@ -373,6 +373,16 @@ class HeldRuns:
                 out.append(self._rates.get(key, hold.retry_at) if key else hold.retry_at)
         return out
 
+    def returns_unheard(self, heard: int) -> bool:
+        """Whether a rate limit holding a run here may have had a start taken back since it was
+        last looked at: the store's ``rate_returns`` (``heard``, read now) moved since."""
+        return any(
+            isinstance(hold, QueueHold)
+            and hold.per is not None
+            and self._heard.get(_key(hold) or "", heard) != heard
+            for hold in self._held.values()
+        )
+
     def take(self, run_id: str) -> bool:
         """Whether the held run may be tried now (then it is no longer held here)."""
         hold = self._held.get(run_id)

@@ -842,6 +842,10 @@ class Worker:
             # Nothing is awaited from here to the wait: an announcement after this check
             # finds the queue's read stale and ends the wait at once.
             return
+        if self._held.returns_unheard(engine.store.rate_returns()):
+            # The same for a start of a rate limit that holds a run here, taken back after
+            # this pass's look at its held runs: the next look reads the limit again.
+            return
         timeout = self.poll
         waiters: list[asyncio.Future[Any]] = [
             # A run ending elsewhere makes nothing startable, so ``wait_for_activity`` need
