@@ -903,6 +903,49 @@ async def test_a_lease_taken_during_a_failed_creation_flush_is_given_up(local: L
         await other
 
 
+async def test_a_lease_taken_for_a_creation_that_fails_after_its_flush_is_given_up(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The creation is durable, but what follows it fails (a counter the disk refuses): its
+    creator is told the start failed and never takes the lease taken for it, so that lease is
+    let go, and any driver can take the run (it stayed locked for the process's life)."""
+    if not _fsops.HAVE_SYNCFS:
+        pytest.skip("no syncfs on this platform: creation fsyncs file by file")
+    await created(local)
+    stop = False
+
+    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
+        while not stop:
+            await asyncio.sleep(0)
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise StoreError("cannot write counts/running.in: [Errno 5] EIO")
+
+    other = asyncio.ensure_future(in_flight())
+    try:
+        run = record()
+        monkeypatch.setattr(local.counters, "bump", refused)
+        asked = CREATOR_LEASES.set(run.id)
+        try:
+            with pytest.raises(StoreError, match="EIO"):
+                await local.create_run(run, [{"type": "run_started", "ts": 1.0}])
+        finally:
+            CREATOR_LEASES.reset(asked)
+        monkeypatch.undo()
+        assert not local._leased_at_creation
+        assert (await local.get_run(run.id)).id == run.id  # created: only what followed failed
+        other_process = LocalStore(local.root)
+        try:
+            lease = await other_process.try_acquire(run.id)
+            assert lease is not None, "the run's lease is still held by the failed creation"
+            await lease.release()
+        finally:
+            await other_process.close()
+    finally:
+        stop = True
+        await other
+
+
 async def test_a_creation_flushed_on_the_loop_leaves_its_lease_to_try_acquire(
     local: LocalStore,
 ) -> None:

@@ -554,6 +554,25 @@ class LocalStore(Store):
                 raise
         else:
             _fsops.fsync_dir(self.runs)
+        try:
+            self._after_creation(record, journal, taken is None)
+        except BaseException:
+            # The run is created and durable, but its creator is told it failed and will not
+            # take the lease taken for it: let go, or no driver could ever take the run.
+            if taken is not None:
+                with contextlib.suppress(StoreError):
+                    taken.abandon()
+            raise
+        if taken is not None:  # the creator's, for its ``try_acquire`` (right after)
+            self._leased_at_creation[record.id] = taken
+        return True
+
+    def _after_creation(
+        self, record: RunRecord, journal: tuple[int, bytes | None], first_lease: bool
+    ) -> None:
+        """What follows a durable creation: the creation log's checkpoint, the counters, and
+        the caches and wake-ups of this process (``first_lease``: keep the journal read for the
+        run's first lease, wherever taken: ``_acquire_once``)."""
         if self.log is not None and self.log.idle() and self.log.size() > LIMIT:
             # After the creation is durable (its line), and no part of it: a checkpoint that
             # fails keeps the log for later, and the run stays created.
@@ -561,17 +580,14 @@ class LocalStore(Store):
                 self.checkpoint()
             except StoreError as error:
                 log.warning("creation log %s kept: %s", self.log.path, error)
-        if taken is not None:  # the creator's, for its ``try_acquire`` (right after)
-            self._leased_at_creation[record.id] = taken
         self.counters.bump(record.status.value)
         if len(self._created) > 4096:
             self._created.clear()
-        if taken is None:  # for its first lease, wherever taken (``_acquire_once``)
+        if first_lease:
             self._created[record.id] = journal
         self.queue.remember(record.id, tags_of(record.queue, lane_of(record), record.limits))
         self.hub.touch("")
         self.hub.touch(record.id)
-        return True
 
     def _lease_created(self, run_id: str, journal: tuple[int, bytes | None]) -> LocalLease | None:
         """The lease of a run this call's creation has just published (``journal``: its size
