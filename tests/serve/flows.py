@@ -395,3 +395,14 @@ async def sized_chunks(sizes: list[int]) -> int:
     """Writes a chunk of each of ``sizes`` bytes to the default stream (``A``s, ``B``s...)."""
     await write_sized(sizes)
     return len(sizes)
+
+
+@wf.workflow
+async def respond_then_wait(token: str, size: int, token2: str) -> str:
+    """Replies with `size` bytes, then waits on a second hook (a run in flight)."""
+    hook = wf.create_webhook(dict, token=token, timeout=5)
+    request = await hook.request()
+    await request.respond(200, "t" * size)
+    second = wf.create_hook(dict, token=token2)
+    await second.next()
+    return "done"

@@ -70,3 +70,28 @@ async def test_respond_refuses_a_reply_over_the_bound(api: Api) -> None:
     assert answer.status_code == 202  # the run failed to reply: the caller is told accepted
     output = (await api.result(run_id))["output"]
     assert output.startswith(UsageError.__name__) and "at most" in output, output
+
+
+async def test_a_reply_recorded_before_the_limit_replays(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that replied with more than ``MAX_REPLY`` under an older wf (no limit then), and
+    waits on: its reply is recorded, so replaying it does not check it again (that failed the
+    run in flight, and ``wf check --replay`` said error)."""
+    import wf
+    import wf.engine._webhooks as webhooks
+    from wf.engine._replay_check import check_run
+
+    monkeypatch.setattr(webhooks, "MAX_REPLY", 1 << 30)  # the wf that recorded it
+    run_id = await api.start(
+        "respond_then_wait", {"token": "wh-big", "size": 2 << 20, "token2": "after-big"}
+    )
+    await api.until(run_id, lambda d: d["hooks"])
+    answer = await api.client.post("/webhooks/wh-big", json={})
+    assert answer.status_code == 200
+    await api.until(run_id, lambda d: any(h.get("token") == "after-big" for h in d["hooks"]))
+    monkeypatch.setattr(webhooks, "MAX_REPLY", 1 << 20)  # this wf
+    report = await check_run(api.engine.store, run_id)
+    assert report.status == "ok", report.message
+    await wf.resume_hook("after-big", {}, engine=api.engine)
+    assert (await api.result(run_id))["output"] == "done"

@@ -198,7 +198,9 @@ class WebhookRequest:
         else:
             kind, text = "json", json.dumps(body)
         size = len(_recorded(status, kind, text, dict(headers or {})))
-        if size > MAX_REPLY:
+        # Checked where the reply is made, never where it is replayed: a run in flight that
+        # replied bigger under an older wf (no limit then) must replay as it ran.
+        if size > MAX_REPLY and not self._hook._ctx.replaying:
             raise UsageError(
                 f"a webhook reply takes at most {MAX_REPLY} bytes as recorded (its body, base64 "
                 f"for bytes, and headers, as JSON), this one {size}"
