@@ -116,9 +116,17 @@ def _executor() -> ThreadPoolExecutor:
     """This process's flushing thread (a forked child makes its own: threads do not fork). Not
     the loop's default executor, which sync steps may fill."""
     global _pool
-    if _pool is None or _pool[0] != os.getpid():
+    if _pool is None or _pool[0] != os.getpid() or _lost(_pool[1]):
         _pool = (os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="wf-post-flush"))
     return _pool[1]
+
+
+def _lost(pool: ThreadPoolExecutor) -> bool:
+    """Whether the pool's thread was ended from outside it (``wf.cli._stopping`` ends every
+    idle pool thread of the process as a command exits; a program that runs the command in
+    itself goes on): the pool would take work it never runs, and every post wait forever."""
+    threads = pool._threads
+    return bool(threads) and not any(thread.is_alive() for thread in threads)
 
 
 _flushers: dict[asyncio.AbstractEventLoop, OffLoopFlusher] = {}
