@@ -40,7 +40,8 @@ class Unframer:
                 del self._held[:LENGTH]
             if len(self._held) < self._need:
                 return done
-            done.append(bytes(self._held[: self._need]))
+            with memoryview(self._held) as held:  # one copy of a chunk, not two
+                done.append(bytes(held[: self._need]))
             del self._held[: self._need]
             self._need = None
 
