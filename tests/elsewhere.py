@@ -14,10 +14,12 @@ the drive is under way.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
 from wf.store import Lease, RunRecord, Store
+from wf.testing import MockClock, TestEngine
 
 HOLD = 30.0
 """Real seconds a side waits for the other at most (a test never hangs on a broken gate)."""
@@ -155,3 +157,19 @@ class Interleaving:
             return None
         async with asyncio.timeout(HOLD):
             return await self.driving
+
+
+@contextlib.asynccontextmanager
+async def engines_apart(
+    store: Store, clock: MockClock
+) -> AsyncIterator[tuple[Interleaving, TestEngine, TestEngine]]:
+    """Two engines on ``store`` as two processes would be: ``here`` (installed: ``wf.start``
+    and ``wf.resume_hook`` use it), whose reads are the waiter's, and ``elsewhere``, the other
+    driver the ``Interleaving`` puts between them."""
+    interleaving = Interleaving(store)
+    async with (
+        TestEngine(interleaving.waiter_store, clock) as here,
+        TestEngine(interleaving.driver_store, clock) as elsewhere,
+    ):
+        with here.installed():
+            yield interleaving, here, elsewhere

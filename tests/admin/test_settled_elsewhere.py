@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import wf
-from tests.elsewhere import Interleaving
+from tests.elsewhere import engines_apart
 from tests.engine.conftest import engine_store, store_kind
 from wf import admin
 from wf.store import RunStatus, Store
@@ -39,21 +39,16 @@ async def test_a_runs_detail_never_shows_the_suspension_a_payload_taken_in_ended
 ) -> None:
     # What ``wf hook resume`` over HTTP waits on (``GET /runs/{id}``): suspended with an empty
     # inbox is settled. The record read before the payload was taken in elsewhere is not.
-    interleaving = Interleaving(engine_store)
-    async with (
-        TestEngine(interleaving.waiter_store, mock_clock) as here,
-        TestEngine(interleaving.driver_store, mock_clock) as elsewhere,
-    ):
-        with here.installed():
-            run_id = await suspended_with_payload(here, "approve:detail")
-            interleaving.arm(lambda: elsewhere.drive_soon(run_id))
-            try:
-                detail = await admin.LocalAdmin(here).run_detail(run_id)
-            finally:
-                await interleaving.finish()
-            assert (detail.run.status, detail.inbox) == (RunStatus.RUNNING, [])
-            ended = await admin.LocalAdmin(here).run_detail(run_id)
-            assert (ended.run.status, ended.run.output) == (RunStatus.COMPLETED, "approved by ann")
+    async with engines_apart(engine_store, mock_clock) as (interleaving, here, elsewhere):
+        run_id = await suspended_with_payload(here, "approve:detail")
+        interleaving.arm(lambda: elsewhere.drive_soon(run_id))
+        try:
+            detail = await admin.LocalAdmin(here).run_detail(run_id)
+        finally:
+            await interleaving.finish()
+        assert (detail.run.status, detail.inbox) == (RunStatus.RUNNING, [])
+        ended = await admin.LocalAdmin(here).run_detail(run_id)
+        assert (ended.run.status, ended.run.output) == (RunStatus.COMPLETED, "approved by ann")
 
 
 @pytest.mark.timeout(60)
@@ -63,22 +58,17 @@ async def test_local_waits_end_as_the_drive_elsewhere_left_the_run(
 ) -> None:
     # ``wf hook resume`` (``settle``) and ``wf run`` (``ended(hooks_only=True)``) waiting here
     # while a worker elsewhere takes the payload in: they end with the run completed.
-    interleaving = Interleaving(engine_store)
-    async with (
-        TestEngine(interleaving.waiter_store, mock_clock) as here,
-        TestEngine(interleaving.driver_store, mock_clock) as elsewhere,
-    ):
-        with here.installed():
-            run_id = await suspended_with_payload(here, f"approve:{wait}")
-            here.may_drive = False  # this process only waits: the worker elsewhere drives
-            client = admin.LocalAdmin(here)
-            interleaving.arm(lambda: elsewhere.drive_soon(run_id))
-            waiting: Any = (
-                client.settle(run_id) if wait == "settle" else client.ended(run_id, hooks_only=True)
-            )
-            try:
-                record = await waiting
-            finally:
-                await interleaving.finish()
-            assert interleaving.driving is not None, "the waiter never read the inbox"
-            assert (record.status, record.output) == (RunStatus.COMPLETED, "approved by ann")
+    async with engines_apart(engine_store, mock_clock) as (interleaving, here, elsewhere):
+        run_id = await suspended_with_payload(here, f"approve:{wait}")
+        here.may_drive = False  # this process only waits: the worker elsewhere drives
+        client = admin.LocalAdmin(here)
+        interleaving.arm(lambda: elsewhere.drive_soon(run_id))
+        waiting: Any = (
+            client.settle(run_id) if wait == "settle" else client.ended(run_id, hooks_only=True)
+        )
+        try:
+            record = await waiting
+        finally:
+            await interleaving.finish()
+        assert interleaving.driving is not None, "the waiter never read the inbox"
+        assert (record.status, record.output) == (RunStatus.COMPLETED, "approved by ann")

@@ -11,7 +11,7 @@ from tests.engine.conftest import engine_store, store_kind
 from wf._events import waiting
 from wf.cli._suspended import waiting_here
 from wf.store import RunRecord, RunStatus, Store
-from wf.testing import MockClock, TestEngine
+from wf.testing import MockClock
 
 __all__ = ["engine_store", "store_kind"]  # the engine tests' fixtures: every store
 
@@ -57,26 +57,21 @@ async def test_wf_runs_wait_ends_as_the_drive_elsewhere_left_the_run(
     # ``wf run`` waiting on a run suspended on a hook, while another process (``wf hook
     # resume``, a worker) takes the payload in between its reads of the record and of the
     # inbox: the wait goes on until the run ended, not "waits for hook" of a completed run.
-    from tests.elsewhere import Interleaving
+    from tests.elsewhere import engines_apart
     from wf.admin._follow import Follower
     from wf.cli._suspended import follow_run
 
-    interleaving = Interleaving(engine_store)
-    async with (
-        TestEngine(interleaving.waiter_store, mock_clock) as here,
-        TestEngine(interleaving.driver_store, mock_clock) as elsewhere,
-    ):
-        with here.installed():
-            run = await wf.start(approval, "approve:run")
-            suspended = await here.wait_driven(run)
-            assert suspended is not None and suspended.status is RunStatus.SUSPENDED
-            assert await wf.resume_hook("approve:run", "ann") == run
-            follower = Follower(here.store, run.id, _Sink())
-            interleaving.arm(lambda: elsewhere.drive_soon(run.id))
-            try:
-                waited = await follow_run(follower, keep_waiting=False, quiet=True, poll=0.05)
-            finally:
-                await interleaving.finish()
-            assert interleaving.driving is not None, "the wait never read the inbox"
-            assert waited is None  # the run ended
-            assert await run.result(timeout=10) == "approved by ann"
+    async with engines_apart(engine_store, mock_clock) as (interleaving, here, elsewhere):
+        run = await wf.start(approval, "approve:run")
+        suspended = await here.wait_driven(run)
+        assert suspended is not None and suspended.status is RunStatus.SUSPENDED
+        assert await wf.resume_hook("approve:run", "ann") == run
+        follower = Follower(here.store, run.id, _Sink())
+        interleaving.arm(lambda: elsewhere.drive_soon(run.id))
+        try:
+            waited = await follow_run(follower, keep_waiting=False, quiet=True, poll=0.05)
+        finally:
+            await interleaving.finish()
+        assert interleaving.driving is not None, "the wait never read the inbox"
+        assert waited is None  # the run ended
+        assert await run.result(timeout=10) == "approved by ann"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import wf
-from tests.elsewhere import Interleaving
+from tests.elsewhere import Interleaving, engines_apart
 from wf.store import RunStatus, Store
 from wf.testing import MockClock, TestEngine
 
@@ -35,22 +35,17 @@ async def test_settle_waits_for_a_payload_another_driver_takes_in(
 ) -> None:
     # The waiter reads the record (suspended on the hook), then the inbox: another driver takes
     # the payload in between, and holds right after acknowledging it.
-    interleaving = Interleaving(engine_store)
-    async with (
-        TestEngine(interleaving.waiter_store, mock_clock) as here,
-        TestEngine(interleaving.driver_store, mock_clock) as elsewhere,
-    ):
-        with here.installed():
-            run = await suspended_with_payload(here, "approve:settle")
-            interleaving.arm(lambda: elsewhere.drive_soon(run.id))
-            try:
-                record = await run.settle(timeout=20)
-            finally:
-                await interleaving.finish()
-            # Never the suspension the payload ended: the run as the drive left it.
-            assert (record.status, record.output) == (RunStatus.COMPLETED, "approved by ann")
-            # The record read after the empty inbox, while the drive held: running already.
-            assert [r.status for r in interleaving.records_after[:1]] == [RunStatus.RUNNING]
+    async with engines_apart(engine_store, mock_clock) as (interleaving, here, elsewhere):
+        run = await suspended_with_payload(here, "approve:settle")
+        interleaving.arm(lambda: elsewhere.drive_soon(run.id))
+        try:
+            record = await run.settle(timeout=20)
+        finally:
+            await interleaving.finish()
+        # Never the suspension the payload ended: the run as the drive left it.
+        assert (record.status, record.output) == (RunStatus.COMPLETED, "approved by ann")
+        # The record read after the empty inbox, while the drive held: running already.
+        assert [r.status for r in interleaving.records_after[:1]] == [RunStatus.RUNNING]
 
 
 @pytest.mark.timeout(60)
