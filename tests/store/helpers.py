@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -385,3 +385,22 @@ def redis_prefix(url: str) -> Iterator[str]:
     name = f"wft:{uuid.uuid4().hex[:12]}:"
     yield name
     drop_redis_keys(url, name)
+
+
+@contextlib.asynccontextmanager
+async def other_task_ready() -> AsyncIterator[None]:
+    """A task kept ready to run for the block, as a worker's runs in flight are: the local
+    store's flushes then go to their threads (with nothing else ready, one is made on the
+    loop, where no other work could overlap it)."""
+    stop = False
+
+    async def in_flight() -> None:
+        while not stop:
+            await asyncio.sleep(0)
+
+    other = asyncio.ensure_future(in_flight())
+    try:
+        yield
+    finally:
+        stop = True
+        await other

@@ -13,7 +13,15 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.store.helpers import acquire, created, record, save, started, write_journal_end
+from tests.store.helpers import (
+    acquire,
+    created,
+    other_task_ready,
+    record,
+    save,
+    started,
+    write_journal_end,
+)
 from wf import RunNotFound, StoreCorrupted, StoreError
 from wf.store import RunRecord, RunStatus
 from wf.store._base import CREATOR_LEASES
@@ -840,22 +848,22 @@ async def test_a_failed_creation_flush_off_the_loop_takes_the_run_back(local: Lo
     if not _fsops.HAVE_SYNCFS:
         pytest.skip("no syncfs on this platform: creation fsyncs file by file")
     await created(local)
-    stop = False
-
-    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
-        while not stop:
-            await asyncio.sleep(0)
-
-    other = asyncio.ensure_future(in_flight())
-    try:
+    async with other_task_ready():  # the flush goes to the thread
         with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError, match="EIO"):
             await local.create_run(record(), [{"type": "run_started", "ts": 1.0}])
         assert len(await local.list_runs()) == 1
         assert await local.create_run(record(), [{"type": "run_started", "ts": 1.0}])
-    finally:
-        stop = True
-        await other
     assert len(await local.list_runs()) == 2
+
+
+async def create_leased(local: LocalStore, run: RunRecord) -> bool:
+    """``create_run`` as ``Engine.start`` makes it for a run it drives next: its creator
+    leases the run right after (``CREATOR_LEASES``)."""
+    asked = CREATOR_LEASES.set(run.id)
+    try:
+        return await local.create_run(run, [{"type": "run_started", "ts": 1.0}])
+    finally:
+        CREATOR_LEASES.reset(asked)
 
 
 async def test_a_lease_taken_during_a_failed_creation_flush_is_given_up(local: LocalStore) -> None:
@@ -866,41 +874,24 @@ async def test_a_lease_taken_during_a_failed_creation_flush_is_given_up(local: L
     if not _fsops.HAVE_SYNCFS:
         pytest.skip("no syncfs on this platform: creation fsyncs file by file")
     await created(local)
-    stop = False
-
-    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
-        while not stop:
-            await asyncio.sleep(0)
-
-    async def create_leased(run: RunRecord) -> bool:
-        asked = CREATOR_LEASES.set(run.id)
-        try:
-            return await local.create_run(run, [{"type": "run_started", "ts": 1.0}])
-        finally:
-            CREATOR_LEASES.reset(asked)
-
-    other = asyncio.ensure_future(in_flight())
-    try:
+    async with other_task_ready():  # the flush goes to the thread
         first = record()
-        assert await create_leased(first)
+        assert await create_leased(local, first)
         assert local._leased_at_creation.keys() == {first.id}  # taken while the flush ran
         lease = await acquire(local, first.id)  # handed over
         assert not local._leased_at_creation
         await lease.release()
         fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
         with _fsops.inject("syncfs", errno.EIO), pytest.raises(StoreError, match="EIO"):
-            await create_leased(record())
+            await create_leased(local, record())
         assert not local._leased_at_creation
         if fds is not None:
             assert len(os.listdir("/proc/self/fd")) == fds
         assert len(await local.list_runs()) == 2
         again = record()
-        assert await create_leased(again)
+        assert await create_leased(local, again)
         lease = await acquire(local, again.id)
         await lease.release()
-    finally:
-        stop = True
-        await other
 
 
 async def test_a_lease_taken_for_a_creation_that_fails_after_its_flush_is_given_up(
@@ -912,25 +903,15 @@ async def test_a_lease_taken_for_a_creation_that_fails_after_its_flush_is_given_
     if not _fsops.HAVE_SYNCFS:
         pytest.skip("no syncfs on this platform: creation fsyncs file by file")
     await created(local)
-    stop = False
-
-    async def in_flight() -> None:  # keeps a task ready, so the flush goes to the thread
-        while not stop:
-            await asyncio.sleep(0)
 
     def refused(*_args: object, **_kwargs: object) -> None:
         raise StoreError("cannot write counts/running.in: [Errno 5] EIO")
 
-    other = asyncio.ensure_future(in_flight())
-    try:
+    async with other_task_ready():  # the flush goes to the thread
         run = record()
         monkeypatch.setattr(local.counters, "bump", refused)
-        asked = CREATOR_LEASES.set(run.id)
-        try:
-            with pytest.raises(StoreError, match="EIO"):
-                await local.create_run(run, [{"type": "run_started", "ts": 1.0}])
-        finally:
-            CREATOR_LEASES.reset(asked)
+        with pytest.raises(StoreError, match="EIO"):
+            await create_leased(local, run)
         monkeypatch.undo()
         assert not local._leased_at_creation
         assert (await local.get_run(run.id)).id == run.id  # created: only what followed failed
@@ -941,9 +922,6 @@ async def test_a_lease_taken_for_a_creation_that_fails_after_its_flush_is_given_
             await lease.release()
         finally:
             await other_process.close()
-    finally:
-        stop = True
-        await other
 
 
 async def test_a_creation_flushed_on_the_loop_leaves_its_lease_to_try_acquire(

@@ -11,25 +11,14 @@ import threading
 
 import pytest
 
-from tests.store.helpers import created
+from tests.store.helpers import created, other_task_ready
 from wf.cli import _stopping
 from wf.store.local import LocalStore
 
 
 async def _post_beside_other_work(local: LocalStore, run_id: str) -> str:
-    stop = False
-
-    async def in_flight() -> None:  # another task ready: the post's flush goes to its thread
-        while not stop:
-            await asyncio.sleep(0)
-
-    other = asyncio.ensure_future(in_flight())
-    try:
-        async with asyncio.timeout(10):
-            return await local.post(run_id, "wake", {})
-    finally:
-        stop = True
-        await other
+    async with other_task_ready(), asyncio.timeout(10):  # the post's flush goes to its thread
+        return await local.post(run_id, "wake", {})
 
 
 async def test_posts_flush_after_the_idle_pool_threads_were_ended(
