@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -137,27 +138,33 @@ async def api(store: Store) -> AsyncIterator[Api]:
 async def live(store: Store) -> AsyncIterator[Api]:
     """The app served by uvicorn on a free port in this event loop (for responses that never
     end, like server-sent events, which the ASGI transport would buffer), and a client on it."""
-    import asyncio
-
-    import uvicorn
-
     from wf.serve import create_app
 
     engine = Engine(store)
     app = create_app(engine)
+    async with served(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+        yield Api(client, engine, app)
+
+
+@contextlib.asynccontextmanager
+async def served(app: Any) -> AsyncIterator[str]:
+    """``app`` served by uvicorn on a free port in this event loop, for the block; its URL."""
+    import asyncio
+
+    import uvicorn
+
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     task = asyncio.ensure_future(server.serve())
     try:
-        while not server.started:
-            assert not task.done(), "uvicorn did not start"
-            await asyncio.sleep(0.02)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield Api(client, engine, app)
+        async with asyncio.timeout(30):
+            while not server.started:
+                assert not task.done(), "uvicorn did not start"
+                await asyncio.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
-        server.force_exit = True
+        server.should_exit = server.force_exit = True
         await asyncio.wait_for(task, 30)
 
 

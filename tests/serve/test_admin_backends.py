@@ -677,33 +677,16 @@ async def test_start_applies_run_options_on_both_backends(
 async def undriven(store: wf.store.Store) -> AsyncIterator[tuple[admin.Admin, admin.Admin]]:
     """Both backends over an engine that must not drive: a local one switched off, and a
     ``wf serve --no-worker`` app (``create_app(drive=False)``) served by uvicorn."""
-    import asyncio
-
-    import uvicorn
-
-    from tests.serve.conftest import free_port
+    from tests.serve.conftest import served
     from wf._remote import RemoteClient
     from wf.serve import create_app
 
     here = wf.Engine(store)
     here.may_drive = False
     serving = wf.Engine(store)
-    app = create_app(serving, drive=False)
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    task = asyncio.ensure_future(server.serve())
-    try:
-        async with asyncio.timeout(30):
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-        http = admin.HttpAdmin(RemoteClient(f"http://127.0.0.1:{port}"))
-        yield admin.LocalAdmin(here), http
+    async with served(create_app(serving, drive=False)) as url:
+        yield admin.LocalAdmin(here), admin.HttpAdmin(RemoteClient(url))
         assert not here.drivers and not serving.drivers  # nothing was ever driven
-    finally:
-        server.should_exit = server.force_exit = True
-        await asyncio.wait_for(task, 30)
 
 
 async def test_a_backend_that_must_not_drive_never_drives_a_run(

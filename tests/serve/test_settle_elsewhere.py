@@ -14,7 +14,7 @@ import pytest
 
 import wf
 from tests.elsewhere import Interleaving
-from tests.serve.conftest import free_port
+from tests.serve.conftest import served
 from wf import admin
 from wf.store import RunStatus, Store
 
@@ -24,41 +24,29 @@ from wf.store import RunStatus, Store
 async def test_waits_over_http_end_as_the_drive_elsewhere_left_the_run(
     store: Store, wait: str
 ) -> None:
-    import uvicorn
-
     from wf._remote import RemoteClient
     from wf.serve import create_app
 
     interleaving = Interleaving(store, task_bound=False)  # the server reads in its own tasks
     elsewhere = wf.Engine(interleaving.driver_store)
     app = create_app(wf.Engine(interleaving.waiter_store), drive=False)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.ensure_future(server.serve())
     try:
-        async with asyncio.timeout(30):
-            while not server.started:
-                assert not task.done(), "uvicorn did not start"
-                await asyncio.sleep(0.02)
-        http = admin.HttpAdmin(RemoteClient(f"http://127.0.0.1:{config.port}"))
-        run_id = await http.start("tests.serve.flows:approval", [wait])
-        suspended = await elsewhere.drive_soon(run_id)
-        assert suspended is not None and suspended.status is RunStatus.SUSPENDED
-        await http.resume_hook(f"approve:{wait}", {"approved": True, "by": "ann"})
-        interleaving.arm(lambda: elsewhere.drive_soon(run_id))
-        waiting: Any = (
-            http.settle(run_id) if wait == "settle" else http.ended(run_id, hooks_only=True)
-        )
-        try:
-            async with asyncio.timeout(30):
-                record = await waiting
-        finally:
-            await interleaving.finish()
-        assert interleaving.driving is not None, "the server never read the inbox"
-        assert (record.status, record.output) == (RunStatus.COMPLETED, "approved by ann")
+        async with served(app) as url:
+            http = admin.HttpAdmin(RemoteClient(url))
+            run_id = await http.start("tests.serve.flows:approval", [wait])
+            suspended = await elsewhere.drive_soon(run_id)
+            assert suspended is not None and suspended.status is RunStatus.SUSPENDED
+            await http.resume_hook(f"approve:{wait}", {"approved": True, "by": "ann"})
+            interleaving.arm(lambda: elsewhere.drive_soon(run_id))
+            waiting: Any = (
+                http.settle(run_id) if wait == "settle" else http.ended(run_id, hooks_only=True)
+            )
+            try:
+                async with asyncio.timeout(30):
+                    record = await waiting
+            finally:
+                await interleaving.finish()
+            assert interleaving.driving is not None, "the server never read the inbox"
+            assert (record.status, record.output) == (RunStatus.COMPLETED, "approved by ann")
     finally:
-        server.should_exit = server.force_exit = True
-        await asyncio.wait_for(task, 30)
         await elsewhere.aclose()
