@@ -18,7 +18,8 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
-from wf.store import Lease, RunRecord, Store
+import wf
+from wf.store import Lease, RunRecord, RunStatus, Store
 from wf.testing import MockClock, TestEngine
 
 HOLD = 30.0
@@ -173,3 +174,20 @@ async def engines_apart(
     ):
         with here.installed():
             yield interleaving, here, elsewhere
+
+
+@wf.workflow(name="tests.elsewhere:approval")
+async def approval(token: str) -> str:
+    """Waits on hook ``token``; says who approved."""
+    hook = wf.create_hook(str, token=token)
+    return f"approved by {await hook.next()}"
+
+
+async def suspended_with_payload(engine: TestEngine, token: str) -> wf.Run[str]:
+    """A run (started on the installed engine) suspended on hook ``token``, its payload posted
+    and taken in by nobody yet."""
+    run = await wf.start(approval, token)
+    record = await engine.wait_driven(run)
+    assert record is not None and record.status is RunStatus.SUSPENDED
+    assert await wf.resume_hook(token, "ann") == run
+    return run

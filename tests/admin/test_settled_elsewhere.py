@@ -8,29 +8,13 @@ from typing import Any
 
 import pytest
 
-import wf
-from tests.elsewhere import engines_apart
+from tests.elsewhere import engines_apart, suspended_with_payload
 from tests.engine.conftest import engine_store, store_kind
 from wf import admin
 from wf.store import RunStatus, Store
-from wf.testing import MockClock, TestEngine
+from wf.testing import MockClock
 
 __all__ = ["engine_store", "store_kind"]  # the engine tests' fixtures: every store
-
-
-@wf.workflow(name="admin_settled_elsewhere:approval")
-async def approval(token: str) -> str:
-    hook = wf.create_hook(str, token=token)
-    return f"approved by {await hook.next()}"
-
-
-async def suspended_with_payload(engine: TestEngine, token: str) -> str:
-    """A run suspended on hook ``token``, its payload posted and taken in by nobody yet."""
-    run = await wf.start(approval, token)
-    record = await engine.wait_driven(run)
-    assert record is not None and record.status is RunStatus.SUSPENDED
-    assert await wf.resume_hook(token, "ann") == run
-    return run.id
 
 
 @pytest.mark.timeout(60)
@@ -40,7 +24,7 @@ async def test_a_runs_detail_never_shows_the_suspension_a_payload_taken_in_ended
     # What ``wf hook resume`` over HTTP waits on (``GET /runs/{id}``): suspended with an empty
     # inbox is settled. The record read before the payload was taken in elsewhere is not.
     async with engines_apart(engine_store, mock_clock) as (interleaving, here, elsewhere):
-        run_id = await suspended_with_payload(here, "approve:detail")
+        run_id = (await suspended_with_payload(here, "approve:detail")).id
         interleaving.arm(lambda: elsewhere.drive_soon(run_id))
         try:
             detail = await admin.LocalAdmin(here).run_detail(run_id)
@@ -59,7 +43,7 @@ async def test_local_waits_end_as_the_drive_elsewhere_left_the_run(
     # ``wf hook resume`` (``settle``) and ``wf run`` (``ended(hooks_only=True)``) waiting here
     # while a worker elsewhere takes the payload in: they end with the run completed.
     async with engines_apart(engine_store, mock_clock) as (interleaving, here, elsewhere):
-        run_id = await suspended_with_payload(here, f"approve:{wait}")
+        run_id = (await suspended_with_payload(here, f"approve:{wait}")).id
         here.may_drive = False  # this process only waits: the worker elsewhere drives
         client = admin.LocalAdmin(here)
         interleaving.arm(lambda: elsewhere.drive_soon(run_id))

@@ -4,29 +4,11 @@ of a run a worker completed with that very payload)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-import wf
-from tests.elsewhere import Interleaving, engines_apart
+from tests.elsewhere import Interleaving, engines_apart, suspended_with_payload
 from wf.store import RunStatus, Store
 from wf.testing import MockClock, TestEngine
-
-
-@wf.workflow(name="settle_elsewhere:approval")
-async def approval(token: str) -> str:
-    hook = wf.create_hook(str, token=token)
-    return f"approved by {await hook.next()}"
-
-
-async def suspended_with_payload(engine: TestEngine, token: str) -> wf.Run[Any]:
-    """A run suspended on hook ``token``, its payload posted and taken in by nobody yet."""
-    run = await wf.start(approval, token)
-    record = await engine.wait_driven(run)
-    assert record is not None and record.status is RunStatus.SUSPENDED
-    assert await wf.resume_hook(token, "ann") == run
-    return run
 
 
 @pytest.mark.timeout(60)
