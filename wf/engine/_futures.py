@@ -332,7 +332,9 @@ class OpCall(Coroutine[Any, Any, T]):
         # Past this frame and its maker's (wf's own, as are the frames that call a maker).
         self._made_at = user_site(2) if sys.get_coroutine_origin_tracking_depth() else None
 
-    def _iterator(self) -> Generator[Any, None, T]:
+    def _iterator(self, *, own_future: bool = False) -> Generator[Any, None, T]:
+        """What awaiting the operation iterates, started on first use; ``own_future``: started
+        with a future of its own (``future``)."""
         if self._iter is None:
             if self._start is None:
                 raise RuntimeError("cannot reuse an already awaited wf operation")
@@ -365,7 +367,7 @@ class OpCall(Coroutine[Any, Any, T]):
         ``wf.select`` reads when the operation ended from it."""
         if self._iter is None:
             self._inline = None  # its end time is read from its own future: a task of its own
-        self._iterator()
+        self._iterator(own_future=True)
         assert self._future is not None
         return self._future
 
@@ -438,6 +440,60 @@ class OpCall(Coroutine[Any, Any, T]):
                 filename,
                 lineno,
             )
+
+
+class RecordedCall(OpCall[T]):
+    """A call of an operation whose outcome the journal holds (``data``, which ``decode``
+    rebuilds when the call is awaited): the calls a replay makes.
+
+    Awaited outside any timeout block, it gives the value with no future around it: making,
+    settling and awaiting a finished future was 6% of a replayed step. A block needs the
+    future (``_note_awaited``), and so does ``future()`` (``wf.select``); both get one.
+    """
+
+    __slots__ = ("_data", "_decode")
+
+    def __init__(
+        self,
+        decode: Callable[[Any], T],
+        data: Any,
+        label: str,
+        hint: str,
+        *,
+        ended_at: float | None,
+        run: RunContext,
+    ) -> None:
+        super().__init__(_recorded_start, label, hint, ended_at=ended_at, run=run)
+        self._decode = decode
+        self._data = data
+
+    def _iterator(self, *, own_future: bool = False) -> Generator[Any, None, T]:
+        if self._iter is None:
+            if self._start is None:
+                raise RuntimeError("cannot reuse an already awaited wf operation")
+            if _INLINE_WAIT_FOR:
+                _refuse_inline_wait_for(self)
+            self._start = None  # awaited from here on, even if the value no longer decodes
+            value = self._decode(self._data)
+            if own_future or current_scope() is not None:
+                self._future = op_done(value)
+                self._iter = asyncio.Future.__await__(self._future)
+            else:
+                self._iter = _at_once(value)
+        return self._iter
+
+
+def _recorded_start() -> asyncio.Future[Any]:
+    """The start a ``RecordedCall`` holds until it is awaited (its own ``_iterator`` makes its
+    outcome): never called."""
+    raise AssertionError("a recorded call is started by its own _iterator")
+
+
+def _at_once(value: T) -> Generator[Any, None, T]:
+    """Awaited, gives ``value`` without suspending (a generator that returns at once)."""
+    if False:
+        yield  # a generator function: ``await`` drives it
+    return value
 
 
 def _awaited_by_its_task(call: OpCall[Any]) -> bool:

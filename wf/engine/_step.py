@@ -51,7 +51,7 @@ from wf.engine._errors import (
     rebuild_error,
     uncaught,
 )
-from wf.engine._futures import OpCall, in_run, op_done, op_task
+from wf.engine._futures import OpCall, RecordedCall, in_run, op_done, op_task
 from wf.engine._instruments import step as _instrument_step
 from wf.engine._instruments import step_ended
 from wf.engine._suggest import refuse_unknown_keywords
@@ -222,9 +222,7 @@ def ctx_call_step(
             _check_arguments(ctx, op, step_, args, kwargs)
         last = history.events[-1]
         if last["type"] == "step_completed":
-            return OpCall(
-                lambda: op_done(decode(last["result"])), label, hint, ended_at=last["ts"], run=ctx
-            )
+            return RecordedCall(decode, last["result"], label, hint, ended_at=last["ts"], run=ctx)
         if last["type"] == "step_failed":
             return OpCall(lambda: op_done(error=rebuild_error(last["error"])), label, hint, run=ctx)
     if ctx.checking:
