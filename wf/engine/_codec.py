@@ -721,6 +721,9 @@ def decode(data: Any) -> Any:
     Raises ``ValueEncodingError`` for an unknown or malformed tag, or when a stored class cannot be
     imported or rebuilt any more (the message names the type, e.g. ``shop:Order``).
     """
+    kind = type(data)
+    if kind is not dict and kind is not list:
+        return data  # a JSON scalar stands for itself (most step results): no walk, no call
     try:
         return _dec(data)
     except RecursionError:
