@@ -16,6 +16,7 @@ import pytest
 
 from tests.store.helpers import created
 from wf import RunNotFound
+from wf.store import RunStatus
 from wf.store.local import LocalStore
 
 
@@ -82,6 +83,59 @@ async def test_a_claimed_run_s_journal_is_looked_at_once_under_its_lock(
         assert noted.on(journal)["fstat"] == 1
         for lease in leases:
             await lease.release()
+    finally:
+        await other.close()
+
+
+async def test_a_claimed_run_s_index_entry_is_looked_at_once(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's lease of a run another process created looks at the run's index entries
+    once: its entry, found under the status the journal gives, says the run has not ended, so
+    no entry under an ended status is looked for (a journal that lost its outcome is still
+    found: its entry is then under an ended status, ``test_local_verify``)."""
+    run = await created(local)
+    other = LocalStore(root)  # another worker: it created none of the runs
+    try:
+        with Noted(monkeypatch) as noted:
+            leases = await other.claim(time.time() + 1, 1)
+        assert [lease.run_id for lease in leases] == [run.id]
+        index = os.path.join(root, "index") + os.sep
+        looks = [(call, path) for (call, path), n in noted.calls.items() for _ in range(n)]
+        assert [path for _call, path in looks if path.startswith(index)] == [
+            os.path.join(other.index.leaf(run.seq), name)
+            for name in os.listdir(other.index.leaf(run.seq))
+        ]
+        for lease in leases:
+            await lease.release()
+    finally:
+        await other.close()
+
+
+async def test_a_save_that_keeps_the_run_due_now_makes_no_queue_entry(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claimed run saved as running keeps its due-now entry, which its lease made sure of:
+    the save links no queue entry (it tried one, refused as there already)."""
+    run = await created(local)
+    other = LocalStore(root)  # another worker: it created none of the runs
+    try:
+        [lease] = await other.claim(time.time() + 1, 1)
+        links: list[str] = []
+        real = os.link
+
+        def link(src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+            links.append(str(dst))
+            real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, "link", link)
+        run.status = RunStatus.RUNNING
+        await lease.save(run)
+        monkeypatch.undo()
+        queue = os.path.join(root, "queue") + os.sep
+        assert [path for path in links if path.startswith(queue)] == []
+        assert run.id in await other.due_runs(time.time() + 1)
+        await lease.release()
     finally:
         await other.close()
 

@@ -564,17 +564,31 @@ class Index:
         prefix = f"{seq_field(seq)}{SEP}{run_id}{SEP}"
         return [n for n in _fsops.listdir(self.leaf(seq)) if n.startswith(prefix)]
 
+    def has(self, seq: int, name: str) -> bool:
+        """Whether the entry ``name`` of the run created ``seq``-th is there (one ``stat``)."""
+        return os.path.exists(self.leaf(seq) + os.sep + name)
+
     def set(
-        self, seq: int, run_id: str, name: str, old: str | None = None, *, sync: bool = True
+        self,
+        seq: int,
+        run_id: str,
+        name: str,
+        old: str | None = None,
+        *,
+        sync: bool = True,
+        there: bool | None = None,
     ) -> None:
         """Make ``name`` the run's only entry; ``old`` is the expected current one.
 
         ``sync=False`` leaves the change to be made durable by the file system in its own time:
         the lease holder reconciles the entry with the record, so a lost rename only shows a
-        stale status in listings until the run is next driven.
+        stale status in listings until the run is next driven. ``there``: whether ``old`` is
+        there, when the caller has just looked (``has``) and nothing could move it since.
         """
         leaf = self.leaf(seq)
-        if old == name and os.path.exists(leaf + os.sep + name):
+        if there is None or old != name:
+            there = old == name and os.path.exists(leaf + os.sep + name)
+        if there:
             if not os.path.exists(self._status_path(seq, name)):
                 self._move_status(seq, name, None)  # lost to a crash: reconcile
             return

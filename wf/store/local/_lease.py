@@ -77,6 +77,7 @@ class LocalLease(Lease):
         committer: Committer | None = None,
         has_file: bool | None = None,
         listed: str | None = None,
+        created: RunRecord | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for writing and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -96,12 +97,13 @@ class LocalLease(Lease):
         neither parsed again nor read from ``data``, which may be None then); ``has_file``:
         whether that read found a ``run.json`` (None: look). ``listed``: a queue entry of the
         run's that the caller found there with the lock held (a claim's), so it is not made
-        again."""
+        again. ``created``: the record the journal's first event carries, if the caller made
+        it from ``journal`` (``created_record``): not parsed again for the first save."""
         self._dir = store.run_dir(run_id)
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
         """The journal's events, parsed from ``known``, until ``read_run`` hands them out."""
-        self._as_created: RunRecord | None = None
+        self._as_created: RunRecord | None = created
         """The record the journal's first event carries (``created_record``), once read: what
         a save compares against (``_records.needs_file``) without parsing it again."""
         if known is not None:
@@ -171,17 +173,21 @@ class LocalLease(Lease):
         else:
             self._known, self._size, self._length = journal
         if self._size != created_size:
-            if not record.status.is_terminal:
+            # A run has one index entry, renamed from status to status (``Index.set``), and
+            # it does not move while the lock is held: found under the status the journal
+            # gives, it says the run has not ended, so no ended entry is looked for.
+            entered = self._store.index.has(self._seq, self._index)
+            if not entered and not record.status.is_terminal:
                 self._refuse_lost_outcome(record)
-            self._reconcile(record, listed)
+            self._reconcile(record, listed, entered)
         _forks.hold(self)
 
     def _refuse_lost_outcome(self, record: RunRecord) -> None:
         """A run whose index entries say it ended while its journal holds no outcome lost
         lines it had made durable (``_upkeep.lost_outcome``): damaged, not driven. A post
         makes it due, and its lease read it as pending from the cut journal, set its index
-        back toward it and replayed its steps. Only a run not created by this process is
-        looked at (three ``lstat``)."""
+        back toward it and replayed its steps. Only a run not created by this process whose
+        index entry is not under the journal's status is looked at (three ``lstat``)."""
         said = lost_outcome(
             self._store.index, self._dir, self.run_id, self._seq, record.workflow,
             record.parent_id,
@@ -402,7 +408,13 @@ class LocalLease(Lease):
             store.counters.move(index_status(self._index), record.status.value)
             self._index = new_index
         changed = False
-        if new_due is not None and queue.add(new_due, self.run_id):  # later: after the record
+        # An unchanged due entry is there already: the lease made sure of it (``_reconcile``,
+        # or creation wrote it), and while it is held only posts touch it, renaming over it.
+        if (
+            new_due is not None
+            and new_due != old_due
+            and queue.add(new_due, self.run_id)  # later: after the record
+        ):
             # The new entry must be durable before an old one can go: a crash in between then
             # leaves the run due (early at worst), never without an entry.
             queue.sync()
@@ -441,8 +453,12 @@ class LocalLease(Lease):
         inbox = os.path.join(self._dir, INBOX_DIR)
         return any(n.endswith(".json") for n in _fsops.listdir(inbox) if n[0] != ".")
 
-    def _reconcile(self, record: RunRecord, listed: str | None = None) -> None:
+    def _reconcile(
+        self, record: RunRecord, listed: str | None = None, entered: bool | None = None
+    ) -> None:
         """Make the queue and index entries agree with the record (after a crash, a race).
+        ``entered``: whether the run's index entry is there under the record's status, if the
+        caller has just looked (the lock held since).
 
         Queue entries seen by this process's last ``due_runs`` are known by name; others can
         only be the run's due-now entry (``_now``: a pending or running run's, and a post's
@@ -471,7 +487,7 @@ class LocalLease(Lease):
             changed |= queue.add(self._now, self.run_id)
         if changed:
             queue.sync()
-        self._store.index.set(self._seq, self.run_id, self._index, self._index)
+        self._store.index.set(self._seq, self.run_id, self._index, self._index, there=entered)
 
     # -- inbox ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from wf.store._base import (
     RunStatus,
     brought_up_to,
     check_kinds,
+    created_record,
     record_from_journal,
 )
 from wf.store.local import _atomic, _fsops, _journal
@@ -141,7 +142,7 @@ def read_stored(
     stale one; the failed open says so without another look). ``found``: the caller has just
     found the run there (``run_exists``), and looks again if this read fails (a run deleted
     or packed between the look and the read is damage here, and ``RunNotFound`` there)."""
-    data, record, there = read_for_lease(run_dir, run_id, journal, found=found)
+    data, record, there, _created = read_for_lease(run_dir, run_id, journal, found=found)
     if data is None:
         assert record is not None  # one or the other
         data = record.to_json()
@@ -149,10 +150,16 @@ def read_stored(
 
 
 def read_for_lease(
-    run_dir: str, run_id: str, journal: list[Event] | None = None, *, found: bool = False
-) -> tuple[dict[str, Any] | None, RunRecord | None, bool]:
+    run_dir: str,
+    run_id: str,
+    journal: list[Event] | None = None,
+    *,
+    found: bool = False,
+) -> tuple[dict[str, Any] | None, RunRecord | None, bool, RunRecord | None]:
     """``read_stored`` for a lease, which takes a rebuilt record as it is: no JSON is made of
-    it (None in its place). Either the stored JSON or the rebuilt record is given."""
+    it (None in its place). Either the stored JSON or the rebuilt record is given; with the
+    rebuilt one (from ``journal``'s events), the record their first event carries
+    (``created_record``, which the lease keeps for its saves: not parsed twice), else None."""
     path = os.path.join(run_dir, RUN_FILE)
     if journal is None and not found and not run_exists(run_dir):
         raise RunNotFound(run_id)
@@ -160,19 +167,24 @@ def read_for_lease(
         data = decode(_fsops.read_bytes(path, allow=(errno.ENOENT, errno.ENOTDIR)), path)
         if data["id"] != run_id:  # another run's record: no cache of this one
             raise StoreCorrupted(f"{path}: the record names another id {data['id']!r}")
-        return data, None, True
+        return data, None, True, None
     except (FileNotFoundError, NotADirectoryError):
         there = False  # missing (most runs: see ``needs_file``): the journal says
         why = None
     except StoreCorrupted as error:
         there = True  # not a file (``_fsops`` refuses a FIFO), or not this run's record
         why = str(error).removeprefix(f"{path}: ")
-    record = _rebuild(run_dir, path, journal, why)
+    created = created_record(journal[0]) if journal else None
+    if created is not None:
+        assert journal is not None
+        record = brought_up_to(created.copy(), journal[:1] + journal[1:][-1:])
+    else:
+        record = _rebuild(run_dir, path, journal, why)
     if record.id != run_id:  # the journal's first line carries another run's record
         raise StoreCorrupted(
             f"{os.path.join(run_dir, JOURNAL_FILE)}: the record names another id {record.id!r}"
         )
-    return None, record, there
+    return None, record, there, created
 
 
 def _rebuild(run_dir: str, path: str, journal: list[Event] | None, why: str | None) -> RunRecord:

@@ -1291,7 +1291,9 @@ class LocalStore(Store):
                 events: list[Event] | None = _journal.parse(content, journal)
             except StoreCorrupted:
                 events = None  # damaged before its end: said when the driver reads it
-            data, rebuilt, has_file = _records.read_for_lease(run_dir, run_id, events)
+            # The record the first event carries, made once: the rebuilt record starts from a
+            # copy of it, and the lease's saves compare against it (``_records.needs_file``).
+            data, rebuilt, has_file, as_created = _records.read_for_lease(run_dir, run_id, events)
             return LocalLease(
                 self,
                 run_id,
@@ -1306,6 +1308,7 @@ class LocalStore(Store):
                 has_file=has_file,
                 listed=entry,
                 committer=committer,
+                created=as_created,
             )
         except BaseException:
             for fd in held:
