@@ -7,7 +7,9 @@ polling interval shortened to 0.05 s (which favours DBOS), drained by one DBOS p
 
 Stores: wf's local store against DBOS on SQLite; wf's PostgreSQL store against DBOS on
 PostgreSQL (each in a database of its own, created for the workload, so that
-``pg_stat_database`` counts only that workload's transactions and rows); wf's Redis store
+``pg_stat_database`` counts only that workload's transactions and rows; wf's is named by
+``WF_BENCH_DATABASE``, default ``wfbench_wf``, so that two benches on one server do not drop
+each other's); wf's Redis store
 (``WF_TEST_REDIS_URL``, under a key prefix of the workload's own), which DBOS has no peer of.
 
 The wf workers start, import everything, say they are ready and wait for one signal, so that
@@ -271,7 +273,7 @@ def run_wf(
     import wf
 
     extra: dict[str, str] = {}
-    database = "wfbench_wf"
+    database = os.environ.get("WF_BENCH_DATABASE", "wfbench_wf")
     prefix = f"wfbench:{os.getpid()}:{time.time_ns()}:"
     if store_kind == "postgres":
         dsn = fresh_database(database)
