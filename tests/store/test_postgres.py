@@ -2598,13 +2598,11 @@ async def _operations(store: PostgresStore, during: Any) -> list[str]:
     return asked
 
 
-async def test_a_claim_reads_its_runs_in_the_round_trip_that_bumps_their_leases(
-    schema: str,
-) -> None:
-    """The fencing epochs' bump and the read of the claimed runs (records, journals, inboxes)
-    go out together: one round trip, not two, after the look at the queue. The read still
-    sees what the bump's row locks waited for: a write of the run's former holder that
-    committed while the claim took its lock."""
+async def test_a_claim_takes_bumps_and_reads_its_leases_in_one_round_trip(schema: str) -> None:
+    """The advisory locks, the fencing epochs' bump and the read of the claimed runs (records,
+    journals, inboxes) go out together on the lock connection: one round trip after the look
+    at the queue, none on the pool. The read still sees what the bump's row locks waited for:
+    a write of the run's former holder that committed while the claim took its lock."""
     store, former = make(schema), make(schema)
     try:
         runs = [await created(store, group=f"g{i}") for i in range(3)]
@@ -2612,14 +2610,25 @@ async def test_a_claim_reads_its_runs_in_the_round_trip_that_bumps_their_leases(
         await held.append([{"type": "step_completed", "ts": 1.0}])
         await held.release()
         claimed: list[Any] = []
+        locks = (await store._ready()).locks
+        scan = locks._scan
+        scans = 0
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal scans
+            scans += 1
+            return await scan(*args, **kwargs)
 
         async def claim() -> None:
             claimed.extend(await store.claim(FAR, 10))
 
+        locks._scan = counted  # type: ignore[method-assign]
         asked = await _operations(store, claim())
+        del locks._scan
         # Its looks at the queue (the first claim also looks at running runs for orphans),
-        # then one operation for the leases.
-        assert [what for what in asked if what != "read the queue"] == ["take run leases"]
+        # then one round trip on the lock connection for the leases.
+        assert [what for what in asked if what != "read the queue"] == []
+        assert scans == 1
         assert sorted(lease.run_id for lease in claimed) == sorted(r.id for r in runs)
         for lease in claimed:
             got, journal = await lease.read_run(store)
@@ -2630,6 +2639,31 @@ async def test_a_claim_reads_its_runs_in_the_round_trip_that_bumps_their_leases(
     finally:
         await store.close()
         await former.close()
+
+
+async def test_a_claim_whose_bump_fails_gives_its_locks_back(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bump after the lock scan, in its round trip, fails (not for a value): the claim
+    says so, and the locks the scan took are given back, so that the next claim, this
+    process's or another's, takes those runs."""
+    from wf.store.postgres import _store
+
+    store, peer = make(schema), make(schema)
+    try:
+        runs = [await created(store) for _ in range(3)]
+        monkeypatch.setattr(_store, "_BUMP_GRANTED", "SELECT 1 FROM no_such_table")
+        with pytest.raises(wf.StoreError, match="take run leases"):
+            await store.claim(FAR, 10)
+        monkeypatch.undo()
+        for taker in (peer, store):
+            leases = await taker.claim(FAR, 10)
+            assert sorted(lease.run_id for lease in leases) == sorted(r.id for r in runs)
+            for lease in leases:
+                await lease.release()
+    finally:
+        await store.close()
+        await peer.close()
 
 
 async def _end(lease: Any, run: RunRecord, status: RunStatus = RunStatus.COMPLETED) -> None:

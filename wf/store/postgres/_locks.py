@@ -23,10 +23,11 @@ restart, a network cut): while locks are held, a watchdog pings the lock connect
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -35,6 +36,44 @@ from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect, fai
 log = logging.getLogger("wf.store.postgres")
 
 T = TypeVar("T")
+
+
+GRANTED = (
+    "ARRAY(SELECT json_array_elements_text(nullif(current_setting('wf.granted', true), '')::json))"
+)
+"""The names of the locks the scan of ``try_many`` took, as a ``text[]``, in the statements of
+a ``Then``: the scan leaves them in a setting local to the round trip's transaction."""
+
+_SCAN = (
+    "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
+    "WHERE pg_try_advisory_lock(k.key) LIMIT %s"
+)
+"""``try_many``'s scan: the limit stops it once ``want`` locks are granted (never more taken)."""
+
+_SCAN_THEN = """
+WITH granted AS MATERIALIZED (
+    SELECT n, name FROM unnest(%s::bigint[], %s::text[]) WITH ORDINALITY AS k(key, name, n)
+    WHERE pg_try_advisory_lock(k.key) LIMIT %s
+)
+SELECT n, set_config('wf.granted', (SELECT json_agg(name)::text FROM granted), true)
+FROM granted
+"""
+"""``_SCAN`` that also leaves the names granted for the statements after it (``GRANTED``)."""
+
+
+@dataclasses.dataclass
+class Then:
+    """Statements sent right after ``try_many``'s scan, in its round trip and transaction (a
+    pipeline on the lock connection): each reads the locks taken as ``GRANTED``. ``statements``
+    is given the names the scan will try (those not reserved here) just before it is sent, and
+    returns the statements with their parameters. After the scan: ``rows``, each statement's
+    rows, or ``error``, what failed in them (the locks the scan took are held either way)."""
+
+    statements: Callable[[list[str]], Sequence[tuple[str, Sequence[object]]]]
+    tried: list[str] = dataclasses.field(default_factory=list)
+    """The names given to ``statements``."""
+    rows: list[list[tuple[Any, ...]]] | None = None
+    error: psycopg.Error | None = None
 
 
 def _check_interval() -> float:
@@ -63,6 +102,9 @@ class Locks:
         self._unlocks: list[tuple[int, int, asyncio.Future[None]]] = []
         """Keys waiting to be unlocked by the next batch (``unlock``)."""
         self._unlocker: asyncio.Task[None] | None = None
+        self._sending = asyncio.Lock()
+        """Held by whatever sends on the lock connection: psycopg would pipeline a statement
+        sent by another task while a ``Then``'s pipeline is open, in its transaction."""
 
     def held(self, run_id: str, generation: int) -> bool:
         """Whether a lock taken in ``generation`` is, as far as this process knows, still held."""
@@ -124,7 +166,8 @@ class Locks:
             try:
                 if conn.closed or conn.broken:
                     raise psycopg.OperationalError("the lock connection is closed")
-                await conn.execute("SELECT 1")
+                async with self._sending:
+                    await conn.execute("SELECT 1")
             except psycopg.Error:
                 if conn is self._conn:
                     self._lost()
@@ -155,8 +198,9 @@ class Locks:
             conn = await self._connection()
             generation = self.generation
             try:
-                cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", [key])
-                row = await cur.fetchone()
+                async with self._sending:
+                    cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", [key])
+                    row = await cur.fetchone()
             except psycopg.OperationalError as error:
                 # The connection died, and every lock on it; one retry on a fresh one.
                 if conn is self._conn:
@@ -208,8 +252,17 @@ class Locks:
         )
         return None if not rows else (rows[0] - 1, generation)
 
-    async def _scan(self, query: str, params: list[object], what: str) -> tuple[list[int], int]:
+    async def _scan(
+        self,
+        query: str,
+        params: Sequence[object],
+        what: str,
+        follow: Sequence[tuple[str, Sequence[object]]] = (),
+        then: Then | None = None,
+    ) -> tuple[list[int], int]:
         """Run a lock-taking ``query`` on the lock connection; its numbers and the generation.
+        With ``follow``, those statements go after it in one pipeline (one round trip, one
+        transaction), and their rows or their failure are left in ``then``.
 
         A connection found dead by the query (and every lock on it) is replaced and the query
         sent once more on the fresh one, as ``_try`` does: a dropped connection is no reason
@@ -218,8 +271,12 @@ class Locks:
             conn = await self._connection()
             generation = self.generation
             try:
-                cur = await conn.execute(query, params)
-                rows = await cur.fetchall()
+                async with self._sending:
+                    if not follow:
+                        cur = await conn.execute(query, params)
+                        rows = await cur.fetchall()
+                    else:
+                        rows = await _pipelined(conn, query, params, follow, then)
             except psycopg.Error as error:
                 dead = isinstance(error, psycopg.OperationalError)
                 if dead and conn is self._conn:
@@ -231,11 +288,12 @@ class Locks:
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     async def try_many(
-        self, candidates: list[tuple[str, int]], want: int
+        self, candidates: list[tuple[str, int]], want: int, then: Then | None = None
     ) -> tuple[list[str], list[str], int]:
         """Take the locks of up to ``want`` of ``candidates`` (name, key), first free first, in
         one round trip; the names taken, those tried and found held (by another session), and
-        the generation.
+        the generation. ``then``: statements sent in the same round trip, after the scan
+        (their rows or error in ``then``; not sent if no candidate is free).
 
         For a worker's claim: the locks this instance holds already are skipped in memory
         (advisory locks are re-entrant within a session: taking one again would succeed)."""
@@ -244,8 +302,12 @@ class Locks:
             return [], [], self.generation
         names = [name for name, _ in free]
         self._reserved.update(names)
+        follow: Sequence[tuple[str, Sequence[object]]] = ()
+        if then is not None:
+            then.tried = names
+            follow = then.statements(names)
         attempt = asyncio.get_running_loop().create_task(
-            self._try_many([key for _, key in free], want)
+            self._try_many([key for _, key in free], want, names, follow, then)
         )
         try:
             found = await asyncio.shield(attempt)
@@ -270,14 +332,20 @@ class Locks:
                 refused.append(name)
         return out, refused, generation
 
-    async def _try_many(self, keys: list[int], want: int) -> tuple[list[int], int]:
-        # The limit stops the scan once ``want`` locks are granted: never more taken.
-        rows, generation = await self._scan(
-            "SELECT n FROM unnest(%s::bigint[]) WITH ORDINALITY AS k(key, n) "
-            "WHERE pg_try_advisory_lock(k.key) LIMIT %s",
-            [keys, want],
-            "take run leases",
-        )
+    async def _try_many(
+        self,
+        keys: list[int],
+        want: int,
+        names: list[str],
+        follow: Sequence[tuple[str, Sequence[object]]] = (),
+        then: Then | None = None,
+    ) -> tuple[list[int], int]:
+        if then is None:
+            rows, generation = await self._scan(_SCAN, [keys, want], "take run leases")
+        else:
+            rows, generation = await self._scan(
+                _SCAN_THEN, [keys, names, want], "take run leases", follow, then
+            )
         return [n - 1 for n in rows], generation
 
     def _abandoned_scan(
@@ -338,9 +406,10 @@ class Locks:
             keys = [key for key, taken_in, _ in batch if taken_in == generation]
             try:
                 if keys and conn is not None:
-                    await conn.execute(
-                        "SELECT pg_advisory_unlock(k) FROM unnest(%s::bigint[]) AS k", [keys]
-                    )
+                    async with self._sending:
+                        await conn.execute(
+                            "SELECT pg_advisory_unlock(k) FROM unnest(%s::bigint[]) AS k", [keys]
+                        )
             except psycopg.Error:
                 # Cannot say whether the locks are still held: dropping the connection ends it.
                 if conn is self._conn:
@@ -384,6 +453,41 @@ class Locks:
         self._conn = None
         self._held.clear()
         self._reserved.clear()
+
+
+async def _pipelined(
+    conn: Conn,
+    query: str,
+    params: Sequence[object],
+    follow: Sequence[tuple[str, Sequence[object]]],
+    then: Then | None,
+) -> list[tuple[Any, ...]]:
+    """``query``'s rows, with ``follow`` sent after it in the same pipeline: their rows, or
+    the error that failed them (``query`` ran), go to ``then``. A failure of ``query`` itself,
+    or of the connection, is raised."""
+    cursors = []
+    first = None
+    try:
+        async with conn.pipeline():
+            first = await conn.execute(query, params)
+            for statement, values in follow:
+                cursors.append(await conn.execute(statement, values))
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error as error:
+        if first is None:
+            raise
+        try:
+            rows = await first.fetchall()
+        except psycopg.Error:
+            raise error from None  # the scan failed: nothing after it ran
+        if then is not None:
+            then.error = error
+        return rows
+    rows = await first.fetchall()
+    if then is not None:
+        then.rows = [await cursor.fetchall() for cursor in cursors]
+    return rows
 
 
 def _one_granted(found: tuple[int, int] | None) -> tuple[list[int], int] | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
@@ -45,12 +46,14 @@ from wf.store.postgres._conn import (
     Unreadable,
     build_conninfo,
     describe,
+    failure,
     json_param,
     one_line,
     readable,
     refused_value,
 )
 from wf.store.postgres._lease import PostgresLease, due_at, record_json
+from wf.store.postgres._locks import GRANTED, Then
 from wf.store.postgres._schema import VERSION, lock_key
 from wf.store.postgres._session import Session, channel_name
 from wf.store.postgres._signals import QUEUE, RATES, SCHEDULES
@@ -308,6 +311,9 @@ RETURNING wf_runs.id, wf_runs.lease_epoch
 """
 """``_ACQUIRE`` for a batch (rows locked in id order: two claims never deadlock)."""
 
+_BUMP_GRANTED = _BUMP.replace("ANY(%s)", f"ANY({GRANTED})")
+"""``_BUMP`` for the locks the scan before it took (in its round trip: ``Then``)."""
+
 _CLAIMED = """
 SELECT r.id, r.record,
        (SELECT json_agg(event ORDER BY seq) FROM wf_journal WHERE run_id = r.id),
@@ -317,6 +323,10 @@ FROM wf_runs r WHERE r.id = ANY(%s)
 """
 """What the drivers of claimed runs read first, for the whole batch: after the epochs were
 bumped (a statement of its own, so that its snapshot sees every write of earlier holders)."""
+
+_CLAIMED_GRANTED = _CLAIMED.replace("ANY(%s)", f"ANY({GRANTED})")
+"""``_CLAIMED`` for the locks the scan before it took, after ``_BUMP_GRANTED`` (a statement of
+its own, whose snapshot is taken once the bump's row locks are held)."""
 
 MAX_LOOK_PAST = 1_000
 """Candidates a claim reads past the first ``2 × limit + 10``, at most."""
@@ -969,7 +979,9 @@ class PostgresStore(Store):
            held by other processes are skipped (and reported in ``held``), never waited for;
            3. the fencing epochs of those taken,
            bumped in one statement; 4. their records, journals and inboxes, read in one
-           statement, handed to the leases so that drivers start without asking again.
+           statement, handed to the leases so that drivers start without asking again. 2, 3
+           and 4 go in one round trip and one transaction (``Then``): a claim is two round
+           trips, the look and the leases.
         """
         if limit <= 0:
             return []
@@ -1017,7 +1029,15 @@ class PostgresStore(Store):
             await self._report_waiting(lanes, now, queues, exclude, deployments, waiting)
             return []
         candidates = [(run_id, session.lock_key(run_id)) for run_id in dict.fromkeys(found)]
-        taken, refused, generation = await session.locks.try_many(candidates, limit)
+        # The epochs of the locks taken are bumped and the runs read in the scan's round trip.
+        then = Then(functools.partial(self._claim_statements, session))
+        try:
+            taken, refused, generation = await session.locks.try_many(candidates, limit, then)
+        except BaseException:
+            for run_id in then.tried:
+                session.signals.claim_read_stale(run_id)
+            raise
+        first = list(taken)
         try:
             passed = sum(r in fresh for r in refused)
             if len(taken) < limit and full and len(fresh) == look and passed:
@@ -1039,13 +1059,16 @@ class PostgresStore(Store):
             self._others_claiming = min(passed, MAX_LOOK_PAST)
             if held is not None:
                 held.update(refused)
+            for run_id in set(then.tried).difference(taken):
+                session.signals.claim_read_stale(run_id)  # not taken (or lost: read again)
             if not taken:
                 await self._report_waiting(lanes, now, queues, exclude, deployments, waiting)
                 return []
-            epochs, rows = await self._bump_and_read(taken)
+            epochs, rows = await self._claimed_reads(then, first, taken)
         except BaseException:
-            for run_id in taken:
+            for run_id in {*taken, *then.tried}:
                 session.signals.claim_read_stale(run_id)
+            for run_id in taken:
                 await session.locks.unlock(run_id, generation)
             raise
         by_id = {row[0]: row[1:] for row in rows}
@@ -1091,6 +1114,41 @@ class PostgresStore(Store):
             await self._candidates(
                 now, "<>", queues, exclude, WAITING_REPORTED, deployments, waiting
             )
+
+    @staticmethod
+    def _claim_statements(session: Session, tried: list[str]) -> list[tuple[str, list[object]]]:
+        """The statements a claim's lock scan is followed by (``Then``): the epochs of the
+        runs it locked bumped, then those runs read (``_bump_and_read``). Posts heard of from
+        now on may be missed by the read: their drivers read again."""
+        session.signals.claim_reading(tried)
+        return [(_BUMP_GRANTED, []), (_CLAIMED_GRANTED, [])]
+
+    async def _claimed_reads(
+        self, then: Then, first: list[str], taken: list[str]
+    ) -> tuple[dict[str, int], list[tuple[Any, ...]]]:
+        """The new epochs and ``_CLAIMED``'s rows of the runs ``taken``: those of the scan's
+        own runs (``first``) from its round trip (``then``), the rest's (a look past others'
+        claims) read now. A statement after the scan refused for a value (a ``lease_epoch`` at
+        bigint's largest) wrote nothing: the scan's runs then go as the rest do."""
+        epochs: dict[str, int] = {}
+        rows: list[tuple[Any, ...]] = []
+        kept = set(taken)
+        scanned = [run_id for run_id in first if run_id in kept]
+        rest = [run_id for run_id in taken if run_id not in set(first)]
+        if scanned and then.error is not None:
+            if not refused_value(then.error):
+                raise failure("PostgreSQL failed to take run leases", then.error) from then.error
+            rest = scanned + rest
+        elif scanned:
+            assert then.rows is not None
+            bumped, read = then.rows
+            epochs = {row[0]: int(row[1]) for row in bumped if row[0] in kept}
+            rows = [row for row in read if row[0] in kept]
+        if rest:
+            more_epochs, more_rows = await self._bump_and_read(rest)
+            epochs.update(more_epochs)
+            rows += more_rows
+        return epochs, rows
 
     async def _bump_and_read(
         self, taken: list[str]
