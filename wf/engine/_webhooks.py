@@ -48,9 +48,10 @@ MAX_TIMEOUT = 3600.0
 
 MAX_REPLY = 1 << 20
 """The most bytes a reply the run writes (``request.respond``) takes as recorded: its body
-(base64 for ``bytes``) and headers, as JSON. ``respond`` refuses a bigger one; the server reads
-no more of a reply stream than its first chunk, and answers ``502 reply_too_large`` when that
-is bigger (a run that wrote the stream itself)."""
+(base64 for ``bytes``) and headers, as JSON. ``respond`` refuses a bigger one where it makes
+a reply, never where it replays one; the server sends the first chunk of a reply stream as
+recorded (a reply recorded before this bound, or a stream the run wrote itself, may be bigger)
+and never reads past it."""
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 COOKIE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
 """Headers (lower case) a webhook reply may not carry."""
