@@ -5,6 +5,9 @@ HTTP keeps no chunks apart by itself (its chunked encoding is cut by the server,
 big chunk in pieces, and by the network), so a reader that needs the stream's own chunks (their
 numbers: ``start``, the terminal UI's ``#3``, a chunk count) asks for this; the response then
 carries ``WF-Stream-Framing: length``. Without it the body is the stream's bytes alone.
+A ``start`` from the end (``-3``) of a stream open already is answered with the number of the
+first chunk sent (``WF-Stream-Start``), so a reader cut off can ask again from the chunk it
+reached.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ FRAMING_HEADER = "WF-Stream-Framing"
 FRAMING = "length"
 """Its value: each chunk is its length (``LENGTH`` bytes, big-endian), then its bytes."""
 LENGTH = 8
+START_HEADER = "WF-Stream-Start"
+"""The response header that gives the number of the first chunk sent (of a ``start`` < 0)."""
 
 
 def head(size: int) -> bytes:
@@ -22,30 +27,62 @@ def head(size: int) -> bytes:
 
 
 class Unframer:
-    """The whole chunks of a framed body, from its pieces as they arrive."""
+    """The chunks of a framed body, part by part as its pieces arrive: a chunk is never held
+    whole here (a reader that needs it whole joins its parts: ``Chunks``)."""
 
     def __init__(self) -> None:
-        self._held = bytearray()
+        self._head = bytearray()
         self._need: int | None = None
 
-    def feed(self, piece: bytes) -> list[bytes]:
-        """The chunks ``piece`` completes (none while a chunk's bytes are still coming)."""
-        self._held += piece
-        done: list[bytes] = []
+    def feed(self, piece: bytes) -> list[tuple[bytes, bool]]:
+        """The parts of chunks ``piece`` carries, each with whether it ends its chunk (an
+        empty chunk is the one part ``(b"", True)``)."""
+        parts: list[tuple[bytes, bool]] = []
+        at, size = 0, len(piece)
         while True:
             if self._need is None:
-                if len(self._held) < LENGTH:
-                    return done
-                self._need = int.from_bytes(self._held[:LENGTH], "big")
-                del self._held[:LENGTH]
-            if len(self._held) < self._need:
-                return done
-            with memoryview(self._held) as held:  # one copy of a chunk, not two
-                done.append(bytes(held[: self._need]))
-            del self._held[: self._need]
-            self._need = None
+                take = min(LENGTH - len(self._head), size - at)
+                self._head += piece[at : at + take]
+                at += take
+                if len(self._head) < LENGTH:
+                    return parts
+                self._need = int.from_bytes(self._head, "big")
+                self._head.clear()
+                if not self._need:
+                    parts.append((b"", True))
+                    self._need = None
+                    continue
+            if at >= size:
+                return parts
+            take = min(self._need, size - at)
+            part = piece if take == size else piece[at : at + take]
+            at += take
+            self._need -= take
+            ends = not self._need
+            if ends:
+                self._need = None
+            parts.append((part, ends))
 
     @property
     def partial(self) -> bool:
-        """Bytes of a chunk not whole yet are held (a body that ends so was cut off)."""
-        return self._need is not None or bool(self._held)
+        """Bytes of a chunk not whole yet came (a body that ends so was cut off)."""
+        return self._need is not None or bool(self._head)
+
+
+class Chunks:
+    """Whole chunks from their parts (``Unframer.feed``'s)."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def add(self, part: bytes, ends: bool) -> bytes | None:
+        """The chunk ``part`` ends, whole; None while more of it is to come."""
+        if not ends:
+            self._parts.append(part)
+            return None
+        if not self._parts:
+            return part
+        self._parts.append(part)
+        chunk = b"".join(self._parts)
+        self._parts.clear()
+        return chunk

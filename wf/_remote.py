@@ -875,6 +875,26 @@ class RemoteRun(Run[Any]):
         one's length before it: ``wf._frames``; a server that does not, the pieces it sends),
         until it closes; then ``wf.StreamIncomplete`` if its writer was cut off (the run's
         ``stream_info`` says so: the server ends such a body without its last chunk)."""
+        from wf import _frames
+
+        chunks = _frames.Chunks()
+        async for part, ends in self.stream_parts(name, start, follow=follow):
+            chunk = part if ends is None else chunks.add(part, ends)
+            if chunk is not None:
+                yield chunk
+
+    async def stream_parts(
+        self,
+        name: str | None = None,
+        start: int = 0,
+        *,
+        follow: bool = True,
+        on_start: Callable[[int], None] | None = None,
+    ) -> AsyncIterator[tuple[bytes, bool | None]]:
+        """``read_stream``'s bytes as they arrive, a big chunk never held whole: each part
+        with whether it ends its chunk (None: the server does not frame its chunks, so
+        nothing is known of them). ``on_start`` is given the number of the first chunk, when
+        ``start`` counts from the end and the server says it (``wf._frames.START_HEADER``)."""
         import httpx
 
         from wf import _frames
@@ -890,11 +910,17 @@ class RemoteRun(Run[Any]):
                     await response.aread()
                     _answer(response, self.client)
                 framed = response.headers.get(_frames.FRAMING_HEADER) == _frames.FRAMING
+                first = response.headers.get(_frames.START_HEADER, "")
+                if start < 0 and framed and first.isascii() and first.isdigit() and on_start:
+                    on_start(int(first))
                 frames = _frames.Unframer()
                 try:
                     async for piece in response.aiter_raw():
-                        for chunk in frames.feed(piece) if framed else [piece]:
-                            yield chunk
+                        if not framed:
+                            yield piece, None
+                            continue
+                        for part in frames.feed(piece):
+                            yield part
                 except httpx.RemoteProtocolError as exc:
                     cut = exc  # the body ended early: cut off, or the connection dropped
                 if cut is None and frames.partial:  # ended inside a chunk: never a whole body

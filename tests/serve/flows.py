@@ -406,3 +406,33 @@ async def respond_then_wait(token: str, size: int, token2: str) -> str:
     second = wf.create_hook(dict, token=token2)
     await second.next()
     return "done"
+
+
+STREAM_GATE: dict[str, asyncio.Event] = {}
+"""The events ``gated_stream`` waits for, by its token (a test in this process sets them)."""
+
+
+def numbered(size: int) -> bytes:
+    """``size`` bytes of numbered lines (8 bytes each): a big chunk whose every byte is known."""
+    lines = b"".join(b"%07d\n" % i for i in range(size // 8 + 1))
+    return lines[:size]
+
+
+@wf.step
+async def write_gated(token: str, first: list[str], then: list[str], big: int) -> None:
+    async with wf.stream_writer() as writer:
+        for chunk in first:
+            await writer.write(chunk.encode())
+        if big:
+            await writer.write(numbered(big))
+        await STREAM_GATE.setdefault(token, asyncio.Event()).wait()
+        for chunk in then:
+            await writer.write(chunk.encode())
+
+
+@wf.workflow
+async def gated_stream(token: str, first: list[str], then: list[str], big: int = 0) -> int:
+    """Writes the chunks ``first`` (and ``numbered(big)``, if ``big``), waits for
+    ``STREAM_GATE[token]``, then writes ``then``."""
+    await write_gated(token, first, then, big)
+    return len(first) + len(then) + bool(big)

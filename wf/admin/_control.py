@@ -284,6 +284,14 @@ async def check_stream(store: Store, run_id: str, name: str, *, follow: bool = T
         raise stream_not_found(record.id, name, streams, damaged)
 
 
+async def stream_start(store: Store, run_id: str, name: str, start: int) -> int | None:
+    """The number of the first chunk ``follow_stream`` gives from ``start`` < 0 (from the
+    end), on a stream written already; None for one not written yet (its end is not known
+    until it is)."""
+    count = (await store.stream_info(run_id, name))[0]
+    return max(0, count + start) if count else None
+
+
 async def follow_stream(
     store: Store, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
 ) -> AsyncIterator[bytes]:

@@ -303,35 +303,52 @@ class HttpAdmin:
     async def follow_stream(
         self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
     ) -> AsyncIterator[bytes]:
+        from wf import _frames
         from wf._exceptions import ServerUnavailable
         from wf._remote import Outage
         from wf.store._ids import validate_run_id
 
         run = self.remote.run(validate_run_id(run_id))
         outage = Outage(self.remote)
-        received, reached = 0, False
+        reached = False
+        # The chunk read next, a restart reads on from it (never from ``start`` again); None
+        # while not known (``start`` from the end of a stream the server did not number).
+        at: int | None = start if start >= 0 else None
+        received = 0  # bytes yielded, for a server that does not frame its chunks
+
+        def first(number: int) -> None:
+            nonlocal at
+            at = number  # ``start`` counted from the end: the server says which chunk that is
+
         while True:
-            # Read again after a restart: from ``start`` once more, the bytes received before
-            # left out (whole chunks from a server that frames them; a server that does not
-            # sends pieces, whose count says nothing of the stream's chunks).
-            skip = received
+            chunks = _frames.Chunks()  # a chunk cut off halfway is read again whole
+            skip = received  # a server that does not frame: read from ``start`` again
             try:
-                async for chunk in run.read_stream(name, start, follow=follow):
+                parts = run.stream_parts(
+                    name, start if at is None else at, follow=follow, on_start=first
+                )
+                async for part, ends in parts:
                     outage.answered()
                     reached = True
-                    if skip:
-                        if len(chunk) <= skip:
-                            skip -= len(chunk)
+                    if ends is None:  # pieces, whose count says nothing of the chunks
+                        at = None if start < 0 else start
+                        if len(part) <= skip:
+                            skip -= len(part)
                             continue
-                        chunk, skip = chunk[skip:], 0
-                    received += len(chunk)
-                    yield chunk
+                        part, skip = part[skip:], 0
+                        received += len(part)
+                        yield part
+                        continue
+                    chunk = chunks.add(part, ends)
+                    if chunk is not None:
+                        at = None if at is None else at + 1
+                        yield chunk
                 outage.answered()
                 return
             except ServerUnavailable as exc:
                 # Cut off by the server's stop (a restart): read on from where it was.
                 reached = reached or exc.cut
-                if not (follow and reached and start >= 0):
+                if not (follow and reached and at is not None):
                     raise
                 await outage.failed(exc)
 

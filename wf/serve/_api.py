@@ -21,7 +21,7 @@ from wf import _frames, admin
 from wf._exceptions import HookError
 from wf._tasks import in_thread_alone
 from wf.admin import _feed as admin_feed
-from wf.admin._control import check_stream, live_hook, resume_hook_sent
+from wf.admin._control import check_stream, live_hook, resume_hook_sent, stream_start
 from wf.admin._logs import log_page
 from wf.admin._read import existing_run, heavy, readable
 from wf.serve import _params as params
@@ -290,6 +290,12 @@ async def read_stream(request: Request) -> Response:
     # has not (a 404 naming its streams) is the answer. Not open yet: followed, a run that is
     # not finished may still open it (it is waited for).
     await check_stream(store, run_id, name, follow=follow)
+    first: dict[str, str] = {}
+    if start < 0 and (number := await stream_start(store, run_id, name, start)) is not None:
+        # From the end of a stream written already: the chunk that is, said, so that a reader
+        # cut off (a restart) asks again from the chunk it reached.
+        start = number
+        first[_frames.START_HEADER] = str(start)
 
     async def body() -> AsyncIterator[bytes]:
         async for chunk in admin.follow_stream(store, run_id, name, start, follow=follow):
@@ -313,6 +319,7 @@ async def read_stream(request: Request) -> Response:
             "Cache-Control": "no-store",
             "X-Content-Type-Options": "nosniff",
             **({_frames.FRAMING_HEADER: _frames.FRAMING} if framed else {}),
+            **first,
         },
     )
 

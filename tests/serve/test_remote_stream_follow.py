@@ -1,0 +1,81 @@
+"""A stream followed over ``WF_URL`` (``HttpAdmin.follow_stream``, what ``wf stream --follow``
+reads) across a restart of the server: read on from the chunk it reached, never again from
+its ``start``, and given up in one line when the server stays away."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.parse
+from collections.abc import AsyncIterator
+
+import pytest
+
+import wf._remote
+from tests.serve import flows
+from tests.serve.conftest import Api, free_port
+from tests.serve.cutting_proxy import CuttingProxy
+from wf._exceptions import ServerUnavailable
+from wf._remote import RemoteClient
+from wf.admin._http import HttpAdmin
+
+
+@pytest.fixture
+async def proxy(live: Api, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[CuttingProxy]:
+    """A proxy in front of the live server, whose ``bounce`` plays a restart; a follow tries
+    again at once (no pause of 0.5 s) and says its outage to nobody."""
+    monkeypatch.setattr(wf._remote, "RIDE_OUT_RETRY", (0.01, 0.05))
+    monkeypatch.setattr(wf._remote, "say_outage", lambda line: None)
+    front = CuttingProxy(str(live.client.base_url).rstrip("/"), free_port())
+    await front.listen()
+    try:
+        yield front
+    finally:
+        await front.close()
+
+
+def _starts(proxy: CuttingProxy, run_id: str) -> list[str]:
+    """The ``start`` of each stream request the proxy forwarded."""
+    asked = [line.split(" ")[1] for line in proxy.log if f"/runs/{run_id}/streams/" in line]
+    return [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["start"][0] for path in asked]
+
+
+@pytest.mark.parametrize("start", [1, -2])
+async def test_a_followed_stream_reads_on_from_the_chunk_it_reached_after_a_restart(
+    live: Api, proxy: CuttingProxy, start: int
+) -> None:
+    token = f"restart{start}"
+    gate = flows.STREAM_GATE[token] = asyncio.Event()
+    first, then = ["a0", "a1", "a2"], ["b0", "b1"]
+    run_id = await live.start("gated_stream", {"token": token, "first": first, "then": then})
+    # The step wrote ``first`` and waits for the gate.
+    await live.until(run_id, lambda d: d["stream_info"].get("default", {}).get("chunks") == 3)
+    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
+    got: list[bytes] = []
+    async with asyncio.timeout(30):
+        async for chunk in admin.follow_stream(run_id, start=start, follow=True):
+            got.append(chunk)
+            if chunk == b"a2":  # every chunk written yet: the server restarts, the run goes on
+                await proxy.bounce(0.2)
+                gate.set()
+    assert got == [b"a1", b"a2", b"b0", b"b1"]  # once each, in order
+    assert _starts(proxy, run_id) == [str(start), "3"], proxy.log  # not from the start again
+
+
+async def test_a_followed_stream_gives_up_in_one_line_when_the_server_stays_away(
+    live: Api, proxy: CuttingProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wf._remote, "RIDE_OUT", 0.3)
+    token = "away"
+    flows.STREAM_GATE[token] = asyncio.Event()
+    run_id = await live.start("gated_stream", {"token": token, "first": ["a0"], "then": []})
+    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
+    got: list[bytes] = []
+    with pytest.raises(ServerUnavailable) as away:
+        async with asyncio.timeout(30):
+            async for chunk in admin.follow_stream(run_id, follow=True):
+                got.append(chunk)
+                await proxy.shut()  # and never back
+    flows.STREAM_GATE[token].set()
+    assert got == [b"a0"]
+    assert str(away.value).startswith(f"cannot reach the wf server at {proxy.url}: ")
+    assert "\n" not in str(away.value)
