@@ -79,3 +79,29 @@ async def test_a_followed_stream_gives_up_in_one_line_when_the_server_stays_away
     assert got == [b"a0"]
     assert str(away.value).startswith(f"cannot reach the wf server at {proxy.url}: ")
     assert "\n" not in str(away.value)
+
+
+async def test_bytes_in_parts_come_as_they_arrive_and_read_on_inside_a_chunk(
+    live: Api, proxy: CuttingProxy
+) -> None:
+    """``whole=False`` (``wf stream``): a big chunk in the parts the server sends, never held
+    whole; a restart that cut it halfway reads that chunk again, its bytes given once."""
+    token = "parts"
+    gate = flows.STREAM_GATE[token] = asyncio.Event()
+    big = flows.numbered(1 << 20)
+    run_id = await live.start(
+        "gated_stream", {"token": token, "first": ["a0"], "then": ["b0"], "big": len(big)}
+    )
+    await live.until(run_id, lambda d: d["stream_info"].get("default", {}).get("chunks") == 2)
+    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
+    got: list[bytes] = []
+    async with asyncio.timeout(30):
+        async for part in admin.follow_stream(run_id, follow=True, whole=False):
+            got.append(part)
+            if len(got) == 2:  # the first part of the big chunk: the server restarts
+                assert 0 < len(part) < len(big)
+                await proxy.bounce(0.2)
+                gate.set()
+    assert b"".join(got) == b"a0" + big + b"b0"
+    assert max(map(len, got)) < len(big)
+    assert _starts(proxy, run_id) == ["0", "1"], proxy.log  # the big chunk again, not a0

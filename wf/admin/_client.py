@@ -135,9 +135,18 @@ class Admin(Protocol):
         ...
 
     def follow_stream(
-        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+        self,
+        run_id: str,
+        name: str = "default",
+        start: int = 0,
+        *,
+        follow: bool = True,
+        whole: bool = True,
     ) -> AsyncIterator[bytes]:
-        """The chunks of a byte stream of the run (``wf.admin.follow_stream``)."""
+        """The chunks of a byte stream of the run (``wf.admin.follow_stream``). ``whole=False``:
+        its bytes in parts of chunks as they arrive, for a reader that keeps no chunks apart
+        (``wf stream``): over HTTP a big chunk is then never held whole (the store here reads
+        whole chunks: they come so)."""
         ...
 
     def follow_logs(
@@ -389,8 +398,15 @@ class LocalAdmin:
         return dataclasses.replace(result, status=record.status.value)
 
     def follow_stream(
-        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+        self,
+        run_id: str,
+        name: str = "default",
+        start: int = 0,
+        *,
+        follow: bool = True,
+        whole: bool = True,
     ) -> AsyncIterator[bytes]:
+        # The store reads whole chunks: ``whole=False`` has nothing to spare here.
         return _control.follow_stream(self.store, run_id, name, start, follow=follow)
 
     def follow_logs(

@@ -301,7 +301,13 @@ class HttpAdmin:
         return await (self.remote.riding_out(request) if reached else request())
 
     async def follow_stream(
-        self, run_id: str, name: str = "default", start: int = 0, *, follow: bool = True
+        self,
+        run_id: str,
+        name: str = "default",
+        start: int = 0,
+        *,
+        follow: bool = True,
+        whole: bool = True,
     ) -> AsyncIterator[bytes]:
         from wf import _frames
         from wf._exceptions import ServerUnavailable
@@ -315,6 +321,7 @@ class HttpAdmin:
         # while not known (``start`` from the end of a stream the server did not number).
         at: int | None = start if start >= 0 else None
         received = 0  # bytes yielded, for a server that does not frame its chunks
+        into = 0  # bytes of chunk ``at`` yielded (``whole=False``): left out when read again
 
         def first(number: int) -> None:
             nonlocal at
@@ -323,6 +330,7 @@ class HttpAdmin:
         while True:
             chunks = _frames.Chunks()  # a chunk cut off halfway is read again whole
             skip = received  # a server that does not frame: read from ``start`` again
+            seen = 0  # bytes of chunk ``at`` read in this request
             try:
                 parts = run.stream_parts(
                     name, start if at is None else at, follow=follow, on_start=first
@@ -339,10 +347,20 @@ class HttpAdmin:
                         received += len(part)
                         yield part
                         continue
-                    chunk = chunks.add(part, ends)
-                    if chunk is not None:
+                    if whole:
+                        chunk = chunks.add(part, ends)
+                        if chunk is None:
+                            continue
                         at = None if at is None else at + 1
                         yield chunk
+                        continue
+                    before, seen = seen, seen + len(part)
+                    fresh = part[into - before :] if into > before else part
+                    into = max(into, seen)
+                    if ends:
+                        at, into, seen = None if at is None else at + 1, 0, 0
+                    if fresh:
+                        yield fresh
                 outage.answered()
                 return
             except ServerUnavailable as exc:

@@ -1,8 +1,9 @@
 """``wf stream``: write a run's byte stream to stdout, optionally following it live.
 
-Chunks are written raw to ``sys.stdout.buffer`` — a stream may carry any bytes (a CSV, a
-gzip, progress lines) — and flushed one by one so that ``wf stream ID --follow | tail`` shows
-each chunk as soon as the step wrote it.
+Bytes are written raw to ``sys.stdout.buffer`` — a stream may carry any bytes (a CSV, a
+gzip, progress lines) — and flushed as they arrive so that ``wf stream ID --follow | tail``
+shows each chunk as soon as the step wrote it (over ``WF_URL``, a big chunk in the pieces the
+server sends, never held whole).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ async def _stream(run_id: str, name: str, start: int, follow: bool, out: BinaryI
     from wf.admin import connect
 
     async with connect() as client:
-        async for chunk in client.follow_stream(run_id, name, start, follow=follow):
+        # Bytes as they arrive: stdout keeps no chunks apart, so a big chunk is never held
+        # whole (over WF_URL it came in pieces anyway).
+        async for chunk in client.follow_stream(run_id, name, start, follow=follow, whole=False):
             out.write(chunk)
             out.flush()
