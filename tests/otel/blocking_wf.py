@@ -4,6 +4,8 @@ leave it behind)."""
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from collections.abc import Sequence
 
@@ -12,10 +14,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import wf
+from tests.otel.blocking_said import EXPORTING
 
 
 class _BlockingExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        print(EXPORTING + json.dumps([span.name for span in spans]), file=sys.stderr, flush=True)
         threading.Event().wait(100)
         return SpanExportResult.SUCCESS
 
