@@ -94,15 +94,22 @@ def test_a_remote_run_waiting_for_hooks_alone_returns_with_its_id(served: Served
     assert out.strip() == '"approved by ada"'
 
 
-def test_ctrl_c_says_the_run_goes_on_on_the_server(served: Served) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_says_the_run_goes_on_on_the_server(
+    served: Served, sig: signal.Signals
+) -> None:
+    # SIGTERM (a container's stop, `timeout`) as Ctrl-C: one line, exit 130, no traceback,
+    # and the run is left running on the server.
     waiting = _spawn(served, "run", "tests.serve.flows:sleeper", "--input", "3600", "--id", "c1")
     _until(served, "c1", "suspended")
     time.sleep(0.5)
-    waiting.send_signal(signal.SIGINT)
+    waiting.send_signal(sig)
     _out, err = waiting.communicate(timeout=20)
     assert waiting.returncode == 130, err
     assert "interrupted: run c1 continues durably on the wf server" in err
     assert "`wf inspect c1`" in err
+    assert "Traceback" not in err, err
+    _until(served, "c1", "suspended")  # still there, not cancelled
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc")

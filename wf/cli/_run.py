@@ -127,7 +127,8 @@ def run_command(
     Exit 0 when the run completes, 1 when it fails or is cancelled, 2 for bad usage or bad input
     (then no run is created). A run that suspends on hooks alone (something only the outside
     delivers) is left waiting in the store: its id is printed, exit 0 (--wait keeps waiting).
-    Ctrl-C leaves the run in the store: `wf worker` finishes it.
+    Ctrl-C or SIGTERM leaves the run in the store (exit 130): `wf worker` finishes it (with
+    WF_URL, the server does).
     """
     from wf import admin
     from wf.cli._input import read_input
@@ -439,8 +440,9 @@ async def _run_remote(
     """``wf run`` with ``WF_URL``: the server imports the target, applies the run options and
     drives the run; this waits for the result (long polls) unless ``--detach``, and says what
     the local command says (``_report_run``): a run that waits for hooks alone is left
-    waiting, its id printed (unless ``keep_waiting``: ``--wait``). Ctrl-C leaves the run to
-    the server; a server that restarts meanwhile is waited for (``wf._remote.RIDE_OUT``)."""
+    waiting, its id printed (unless ``keep_waiting``: ``--wait``). Ctrl-C or SIGTERM leaves
+    the run to the server (exit 130); a server that restarts meanwhile is waited for
+    (``wf._remote.RIDE_OUT``)."""
     from wf._exceptions import ServerUnavailable
     from wf.admin import connect
     from wf.cli._control import say_who_drives
@@ -463,7 +465,8 @@ async def _run_remote(
         waiting = asyncio.ensure_future(client.ended(rid, hooks_only=not keep_waiting))
         stopper = asyncio.ensure_future(interrupted.wait())
         try:
-            with _catch_sigint(interrupted):
+            # SIGTERM (a container's stop, `timeout`) as Ctrl-C: stop following, say so.
+            with _catch_sigint(interrupted, signals=(signal.SIGINT, signal.SIGTERM)):
                 await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopper.cancel()
