@@ -1,6 +1,7 @@
 """A workflow whose drivers' deaths count at once (``max_recoveries=1``), for the tests of drives
 ended on purpose (``tests.cli.test_interrupted_drives``), and a program that drives it in its
-own process and returns while its step runs (``python -m tests.cli.interrupt_flows``).
+own process and returns while its step runs (``python -m tests.cli.interrupt_flows ID``) or
+waits for it (``... ID result`` or ``... ID drive``).
 
 The step holds while the file ``hold`` exists in ``WF_TEST_LOG`` (an async wait: a thread would
 keep a program's interpreter from exiting) and leaves ``start``/``end`` lines there.
@@ -65,8 +66,21 @@ async def _program(run_id: str) -> None:
     print(run.id, flush=True)
 
 
+async def _waiting(run_id: str, how: str) -> None:
+    """Start the run (driven here) and wait for it (Ctrl-C meanwhile: ``tests.cli.
+    test_interrupted_drives``): ``run.result()``, or (``how`` ``drive``) the run's drive task
+    itself, which an await cancelled by Ctrl-C cancels too."""
+    run = await wf.start(fragile, run_id=run_id)
+    if how == "drive":
+        await wf.current_engine().drive_soon(run.id)  # the drive ``wf.start`` began
+    print(await run.result(), flush=True)
+
+
 if __name__ == "__main__":
     import sys
 
     (log_dir() / "steps").touch()
-    asyncio.run(_program(sys.argv[1]))
+    if len(sys.argv) > 2:
+        asyncio.run(_waiting(sys.argv[1], sys.argv[2]))
+    else:
+        asyncio.run(_program(sys.argv[1]))

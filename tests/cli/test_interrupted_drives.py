@@ -83,6 +83,46 @@ def test_a_program_that_returns_while_its_run_is_in_a_step_is_no_death(project: 
     assert (run["status"], run["output"]) == ("completed", "done"), run
 
 
+@pytest.mark.parametrize("how", ["result", "drive"])
+def test_ctrl_c_of_a_program_waiting_for_its_run_is_no_death(project: Project, how: str) -> None:
+    """``asyncio.run(main())`` whose main awaits ``run.result()``, or the drive task itself
+    (cancelled with main by ``asyncio.run``'s Ctrl-C: it was counted as a death, so the next
+    start of the program failed the run with ``wf.RunStalled``). The KeyboardInterrupt
+    reaches the program, with no noise of wf's tasks, and the next start finishes the run."""
+    (project.log / "hold").touch()
+    command = [sys.executable, "-m", "tests.cli.interrupt_flows", "prog", how]
+    env = {**project.env, "PYTHONPATH": str(REPO)}
+    program = subprocess.Popen(
+        command,
+        cwd=project.root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        project.wait_for(lambda: step_started(project))
+        program.send_signal(signal.SIGINT)
+        out, err = program.communicate(timeout=30)
+    finally:
+        if program.poll() is None:
+            program.kill()
+            program.communicate()
+    assert program.returncode == -signal.SIGINT, err  # Python's exit for a KeyboardInterrupt
+    assert out == "" and err.rstrip().endswith("KeyboardInterrupt"), err
+    for noise in ("Task was destroyed", "Exception ignored", "never retrieved", "wf: "):
+        assert noise not in err, err
+    [note] = [e for e in events(project, "prog") if e["type"] == "drive_failed"]
+    assert note["reason"] == "interrupted", note
+    (project.log / "hold").unlink()
+    again = subprocess.run(
+        command, cwd=project.root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == "done"
+    assert project.lines("steps").count("end") == 1
+
+
 @pytest.mark.parametrize("flow", ["fragile", "fragile_sync"])
 def test_a_worker_whose_grace_ran_out_leaves_no_death(project: Project, flow: str) -> None:
     """An async step is cancelled and its run suspended (progress); a sync step's thread runs

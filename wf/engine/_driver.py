@@ -212,14 +212,34 @@ def ended_on_purpose(engine: EngineLike) -> bool:
     worker's stop), or anyone else's cancel of the drive, but one: ``asyncio.run`` tearing
     down a loop that stopped while the task that asked for the drive was still running (a
     step stopped the loop, or it died of an error), which cancels that task too. A program
-    that returned has that task done."""
+    that returned has that task done; one whose main is cancelled while ``asyncio.run`` still
+    runs it (its Ctrl-C, its own timeout) ends the drive on purpose, also when that main
+    awaits the drive itself, which the cancellation of the await cancels with it."""
     task = asyncio.current_task()
     if task is None or not task.cancelling():
         return False
     if engine.closing:
         return True
     owner = drive_owner.get()
-    return owner is None or owner is task or owner.done() or not owner.cancelling()
+    return (
+        owner is None
+        or owner is task
+        or owner.done()
+        or not owner.cancelling()
+        or _main_still_run(owner)
+    )
+
+
+def _main_still_run(owner: asyncio.Task[Any]) -> bool:
+    """Whether ``owner`` is the main task of an ``asyncio.run`` (or ``asyncio.Runner.run``)
+    that still runs it: its SIGINT handler, which cancels that task on Ctrl-C, is in force
+    only until the main task ended or the loop stopped under it; the teardown that follows
+    (cancelling every task left) finds Python's own handler back."""
+    import signal  # only when a drive ends cancelled
+
+    handler = signal.getsignal(signal.SIGINT)
+    keywords = getattr(handler, "keywords", None)
+    return isinstance(keywords, dict) and keywords.get("main_task") is owner
 
 
 async def _note_interrupted(engine: EngineLike, ctx: RunContext) -> None:
