@@ -191,7 +191,7 @@ def test_a_damaged_journal_is_that_runs_error_and_the_others_are_replayed(
     journal.write_text("\n".join(lines) + "\n")
     code, out, err = check(project)
     assert code == 1, err
-    assert "ok        done  shopflow:quick  (1 operation(s) replayed)" in out.splitlines()
+    assert "ok        done  shopflow:quick  (1 operation(s) compared)" in out.splitlines()
     [damaged] = [line for line in out.splitlines() if line.startswith("error     old  ")]
     assert "journal.jsonl: line 2 is not valid JSON" in damaged
     assert out.splitlines()[-1] == "2 runs replayed: 1 ok, 0 diverged, 1 error(s)"

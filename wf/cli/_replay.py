@@ -49,7 +49,7 @@ def render_text(reports: Sequence[ReplayReport]) -> str:
     for report in reports:
         head = f"{report.status:<8}  {report.run_id}  {report.workflow or '(workflow unknown)'}"
         if report.status == "ok":
-            lines.append(f"{head}  ({report.ops_recorded} operation(s) replayed)")
+            lines.append(f"{head}  ({_compared(report)})")
         elif report.status == "diverged" and report.divergence is not None:
             d = report.divergence
             lines.append(head)
@@ -69,6 +69,17 @@ def render_text(reports: Sequence[ReplayReport]) -> str:
         f"{counts['error']} error(s)"
     )
     return "\n".join(lines)
+
+
+def _compared(report: ReplayReport) -> str:
+    """How many operations a run that replays had compared (replayed and matched): of a run
+    in flight, only those before its journal's end, where the replay stopped."""
+    done, recorded = report.ops_replayed, report.ops_recorded
+    words = f"{done} of {recorded} recorded" if done < recorded else f"{done}"
+    words += " operation(s) compared"
+    if report.in_flight:
+        words += "; in flight: stopped at the journal's end, where its next drive goes on"
+    return words
 
 
 def replay_command(

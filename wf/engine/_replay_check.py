@@ -62,6 +62,10 @@ class ReplayReport:
     events: int = 0
     """The journal's length when it was checked: a journal that grew since (a driver went on)
     was not checked as it is now (``wf deployments upgrade`` checks again)."""
+    in_flight: bool = False
+    """The run can still resume (pending, running, suspended): its replay stops at the
+    journal's end, where its next drive goes on, so ``ops_replayed`` may be fewer than
+    ``ops_recorded`` (a gathered step still running stops it before its siblings')."""
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON (the ``--format json`` shape of ``wf check --replay``)."""
@@ -71,6 +75,7 @@ class ReplayReport:
             "status": self.status,
             "ops_recorded": self.ops_recorded,
             "ops_replayed": self.ops_replayed,
+            "in_flight": self.in_flight,
             "message": self.message,
         }
         if self.divergence is not None:
@@ -305,7 +310,15 @@ async def check_run(
     recorded_ops = len(
         {e["op"] for e in journal if "op" in e and e.get("type") != "cancel_delivered"}
     )
-    report = ReplayReport(run_id, record.workflow, "ok", recorded_ops, 0, events=len(journal))
+    report = ReplayReport(
+        run_id,
+        record.workflow,
+        "ok",
+        recorded_ops,
+        0,
+        events=len(journal),
+        in_flight=not record.status.is_terminal,
+    )
     stuck = _stuck.get(run_id)
     if stuck is not None and stuck.is_alive():
         # wf dev re-checks on each reload: one thread stuck for this run is enough.
