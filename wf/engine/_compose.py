@@ -121,7 +121,8 @@ moment (a resume finds an expired timer and a received payload at once) all take
 async def _select(
     ctx: RunContext, op: int, futures: Sequence[asyncio.Future[Any]]
 ) -> tuple[int, Any]:
-    decided: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    decided: asyncio.Future[None] = loop.create_future()
     deciding = False
 
     def on_done(_: asyncio.Future[Any]) -> None:
@@ -132,6 +133,8 @@ async def _select(
             deciding = True
             ctx.add_active(1)
             decided.set_result(None)
+            if ctx.timed_blocks:
+                ctx.deciding[op] = (current_scope(), futures, loop.create_future())
 
     try:
         for future in futures:
@@ -148,6 +151,10 @@ async def _select(
         winner = _earliest(ctx, futures)
         if ctx.timed_blocks:  # a block around it that a later drive ends ended no sooner
             ctx.decided_at[op] = ctx.done_at.get(futures[winner], ctx.clock.now())
+            # ... and no later for its losers' ends (a payload that came after the winner).
+            ctx.dropped_ops.update(
+                ctx.task_ops[f] for i, f in enumerate(futures) if i != winner and f in ctx.task_ops
+            )
         decided_event = ctx.event("select_decided", op=op, name="select", index=winner)
         losers = _losing_steps(ctx, futures, winner)
         if losers:
@@ -161,6 +168,9 @@ async def _select(
             future.remove_done_callback(on_done)
         if deciding:
             ctx.add_active(-1)
+            entry = ctx.deciding.pop(op, None)
+            if entry is not None:
+                entry[2].set_result(None)
     for index, future in enumerate(futures):
         if index != winner:
             future.cancel()
@@ -301,6 +311,8 @@ class timeout:
             if not ctx.timed_blocks:
                 ctx.live_ops.clear()
                 ctx.decided_at.clear()
+                ctx.task_ops.clear()
+                ctx.dropped_ops.clear()
 
     def _exit(
         self,
@@ -385,6 +397,8 @@ class timeout:
             return None
         latest = float(opened.events[0].get("ts", 0.0))
         for op in scope.ops or ():
+            if op in ctx.dropped_ops:
+                continue
             ended = ctx.decided_at.get(op)
             if ended is None:
                 ended = ctx.recorded_end(op)
@@ -436,9 +450,49 @@ async def _expire(ctx: RunContext, scope: CancelScope, until: float | None) -> N
         return  # no deadline (an older wf's ``wf.timeout(inf)``)
     try:
         await ctx.wait(scope.op, "timeout", None, until, internal=True)
+        await _earlier_outcomes(ctx, scope, until)
     except BaseException:
         return
     ctx.fire(scope)
+
+
+async def _earlier_outcomes(ctx: RunContext, scope: CancelScope, until: float) -> None:
+    """Before the block's deadline fires: let what ended earlier by the durable clock act
+    first. A drive that comes after both (the run was not driven meanwhile) finds a sleep of
+    the block that ended before the deadline due at the same moment as the deadline: its
+    wait resolves, and a select it is a branch of decides (its winner ended in time), before
+    the deadline cancels what still waits. A live drive has nothing of the kind left then."""
+    while True:
+        waits = [
+            entry.future
+            for entry in ctx.waits
+            if not entry.internal
+            and entry.deadline is not None
+            and entry.deadline < until
+            and not entry.future.done()
+            and scope.contains(entry.scope, ctx.root_scope)
+        ]
+        if waits:
+            await asyncio.wait(waits)
+            await _turns()
+            continue
+        now = ctx.clock.now()
+        selects = [
+            done
+            for where, candidates, done in ctx.deciding.values()
+            if not done.done()
+            and scope.contains(where, ctx.root_scope)
+            and min(ctx.done_at.get(f, now) for f in candidates if f.done()) < until
+        ]
+        if not selects:
+            return
+        await asyncio.wait(selects)
+        await _turns()  # the block's code goes on from the decision: it may end the block
+
+
+async def _turns() -> None:
+    for _ in range(_SETTLE_TURNS):
+        await asyncio.sleep(0)
 
 
 # -- rollback -------------------------------------------------------------------------------

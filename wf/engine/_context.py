@@ -234,6 +234,20 @@ class RunContext:
         self.scopes: dict[int | None, CancelScope] = {None: self.root_scope}
         """Scopes by op (None: the run), so recorded deliveries find their scope on replay."""
         self.delivery_marks: dict[int, tuple[str, int | None]] = {}
+        self.deciding: dict[
+            int,
+            tuple[CancelScope | None, Sequence[asyncio.Future[Any]], asyncio.Future[None]],
+        ] = {}
+        """Selects deciding (an outcome in, the winner not yet recorded) while a ``wf.timeout``
+        block is open, by op: their scope, their candidates, and a future done once they
+        decided. A block's timer lets those with an outcome that ended before its deadline
+        by the durable clock decide first (``_compose._expire``)."""
+        self.task_ops: dict[asyncio.Future[Any], int] = {}
+        """While a ``wf.timeout`` block is open: the operation each task that noted its end
+        (``mark_done_at``) ran, so a select can name the operations it dropped."""
+        self.dropped_ops: set[int] = set()
+        """While a ``wf.timeout`` block is open: the operations a select this drive decided
+        dropped (its losers): what ended them is no end of the block (``timeout._durable_end``)."""
         self.timed_blocks = 0
         """``wf.timeout`` blocks open: while any is, the ops this drive writes events for are
         noted in ``live_ops`` (a block whose ops all ended in the journal ended then)."""
@@ -976,6 +990,8 @@ class RunContext:
             self.done_at[task] = at
         if op is not None and self.timed_blocks:
             self.decided_at[op] = at
+            if task is not None:
+                self.task_ops[task] = op
 
     def evict(self) -> None:
         """Stop at the next durable operation (drain, reload); the run is due again at once.
