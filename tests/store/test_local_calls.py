@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import time
 from collections import Counter
@@ -14,21 +15,24 @@ from typing import Any
 
 import pytest
 
+import wf
 from tests.store.helpers import created
 from wf import RunNotFound
+from wf.engine._current import use_engine
+from wf.engine._engine import Engine
 from wf.store import RunStatus
 from wf.store.local import LocalStore
 
 
 class Noted:
-    """Stand-ins for ``os.open``, ``os.fstat``, ``os.stat`` and ``os.lstat``: each notes
-    (call, path) in ``calls``, a descriptor's path being the one it was opened on."""
+    """Stand-ins for ``os.open``, ``os.fstat``, ``os.stat``, ``os.lstat`` and ``os.readlink``:
+    each notes (call, path) in ``calls``, a descriptor's path being the one it was opened on."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: Counter[tuple[str, str]] = Counter()
         self._paths: dict[int, str] = {}
         self._monkeypatch = monkeypatch
-        real = {name: getattr(os, name) for name in ("open", "fstat", "stat", "lstat")}
+        real = {name: getattr(os, name) for name in ("open", "fstat", "stat", "lstat", "readlink")}
 
         def open_(path: Any, *args: Any, **kwargs: Any) -> int:
             fd: int = real["open"](path, *args, **kwargs)
@@ -52,6 +56,7 @@ class Noted:
             "fstat": fstat,
             "stat": looking("stat"),
             "lstat": looking("lstat"),
+            "readlink": looking("readlink"),
         }
 
     def __enter__(self) -> Noted:
@@ -233,3 +238,79 @@ async def test_a_claim_looks_the_running_loop_up_once_for_all_its_leases(
             await lease.release()
     finally:
         await other.close()
+
+
+async def test_a_creation_numbers_its_run_without_an_fstat_of_the_sequence(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The creation number's file holds exactly one number, which the read under its lock
+    shows: writing the next needs no ``fstat`` to know nothing of the old is left after it."""
+    with Noted(monkeypatch) as noted:
+        await created(local)  # the sequence's descriptor opened (and checked: a file)
+        noted.calls.clear()
+        run = await created(local)
+    assert noted.on(str(root / "sequence"))["fstat"] == 0
+    assert (root / "sequence").read_bytes() == f"{run.seq:020d}\n".encode()
+
+
+@wf.workflow(name="tests:calls:one")
+async def one() -> int:
+    return 1
+
+
+async def test_a_start_looks_for_no_run_under_the_id_it_made(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wf.start`` given no id makes one for this very creation (``MINTED_ID``): nobody's,
+    so the creation takes no ``lstat`` of ``runs/<id>`` and no ``readlink`` of
+    ``packed/<id>`` (the one ``lstat`` left is the lease's link check). An id given by the
+    caller is looked for (a run, a leftover of a creation cut short, a packed run may stand
+    under it), and a run under it is handed back."""
+    with use_engine(Engine(local)):
+        await (await wf.start(one)).result()  # the store's directories made
+        with Noted(monkeypatch) as noted:
+            made = await wf.start(one)
+        assert await made.result() == 1
+        assert noted.on(local.run_dir(made.id))["lstat"] == 1
+        assert noted.on(str(root / "packed" / made.id))["readlink"] == 0
+        with Noted(monkeypatch) as noted:
+            given = await wf.start(one, run_id="given-1")
+        assert noted.on(local.run_dir(given.id))["lstat"] == 2
+        assert noted.on(str(root / "packed" / given.id))["readlink"] == 1
+        assert await given.result() == 1
+        again = await wf.start(one, run_id="given-1")
+        assert again.id == given.id and await again.result() == 1
+
+
+async def test_a_start_s_lease_looks_at_the_journal_once_under_its_lock(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lease ``wf.start`` takes of the run it created (while the creation's flush runs,
+    or right after) opens the journal, locks it and takes its ``fstat`` once: that one tells
+    a regular file, and the one the path's ``stat`` is compared with. The creation made the
+    journal (``O_EXCL``): it takes none."""
+    with use_engine(Engine(local)):
+        with Noted(monkeypatch) as noted:
+            run = await wf.start(one)
+        assert noted.on(os.path.join(local.run_dir(run.id), "journal.jsonl"))["fstat"] == 1
+        assert await run.result() == 1
+
+
+async def test_a_start_s_first_drive_asks_for_no_random_bytes(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drive's token (``secrets.token_hex``, a ``getrandom`` system call) goes in its
+    markers only: the first drive of a run by its creator writes none, so makes none."""
+    made: list[str] = []
+    token_hex = secrets.token_hex
+
+    def noted(nbytes: int) -> str:
+        made.append(token := token_hex(nbytes))
+        return token
+
+    monkeypatch.setattr(secrets, "token_hex", noted)
+    with use_engine(Engine(local)):
+        run = await wf.start(one)
+        assert await run.result() == 1
+    assert made == []
+    assert "drive" not in str(await local.read_journal(run.id))

@@ -899,16 +899,16 @@ async def test_a_run_packed_between_the_look_and_the_lock_is_looked_for_again(
     """Another process packs the run after ``try_acquire`` found its directory and before it
     opened the journal: the lease is taken on the run unpacked again, not refused as damaged."""
     run = await finished(local)
-    open_fd = _fsops.open_fd
+    try_lock = _fsops.try_lock
     packed: list[str] = []
 
-    def packed_first(path: str, *args: Any, **kwargs: Any) -> int:
+    def packed_first(path: str, *args: Any, **kwargs: Any) -> int | None:
         if path.endswith("journal.jsonl") and not packed:
             packed.append(path)
             assert pack_all(local) == 1  # as the other process would, at that instant
-        return open_fd(path, *args, **kwargs)
+        return try_lock(path, *args, **kwargs)
 
-    monkeypatch.setattr(_fsops, "open_fd", packed_first)
+    monkeypatch.setattr(_fsops, "try_lock", packed_first)
     lease = await local.try_acquire(run.id)
     assert lease is not None and packed
     await lease.append([event("note")])

@@ -588,7 +588,9 @@ async def _mark_drive(
     ]
     notes = len(markers)
     # The drive's token, in its markers: its ``drive_failed`` note repeats it (``_recovery``).
-    token = secrets.token_hex(4)
+    # Made only for a marker: a run's first drive here, by its creator, has none (the random
+    # bytes are a system call).
+    token = secrets.token_hex(4) if starting or resuming else ""
     if starting:
         # An attempt begins (the first of a queued run, or a retry): ``run.watch()`` says so.
         markers.append(ctx.event("run_attempt", ts=now, attempt=record.attempt, drive=token))

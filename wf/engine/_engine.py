@@ -58,7 +58,7 @@ from wf.engine._streams import STREAM_FEATURE
 from wf.engine._threads import StepThreads, default_size
 from wf.engine._workflow import Workflow, same_workflow
 from wf.store import Hold, Lease, RunRecord, RunStatus, Store
-from wf.store._base import CREATOR_LEASES
+from wf.store._base import CREATOR_LEASES, MINTED_ID
 from wf.store._ids import new_run_id, validate_run_id
 
 FEATURES = Features(HOOK_FEATURE, STREAM_FEATURE, CHILD_FEATURE)
@@ -306,7 +306,9 @@ class Engine:
         if env is None:
             env = self._otel_env = otel_env()
         mode, metrics = env
-        if mode in _OFF or any(getattr(i, "is_wf_otel", False) for i in self.instruments):
+        if mode in _OFF or (
+            self.instruments and any(getattr(i, "is_wf_otel", False) for i in self.instruments)
+        ):
             self._auto_instruments = False
             return
         if mode == "auto" and not metrics:
@@ -587,6 +589,7 @@ class Engine:
         # Its lease is taken next (``_first_lease``): a store may take it while the creation is
         # made durable (a loop of starts then takes it while the disk works).
         leasing = CREATOR_LEASES.set(run_id if marked and self._leases_here() else None)
+        minting = MINTED_ID.set(None if explicit else run_id)
         try:
             created = await self.store.create_run(record, [started], explicit=explicit)
         except StoreCorrupted as error:
@@ -606,6 +609,7 @@ class Engine:
                 self.fresh.pop(run_id, None)
             raise
         finally:
+            MINTED_ID.reset(minting)
             CREATOR_LEASES.reset(leasing)
         if not created:
             if marked:

@@ -306,12 +306,15 @@ def _validated(
     not fit."""
     if isinstance(adapter, _Unvalidated):
         return value
-    from pydantic import ValidationError
-
     try:
         return adapter.validate_python(value)
-    except ValidationError as exc:
-        raise error(f"{where}: {_describe(exc)}") from None
+    except Exception as exc:
+        # Imported on a failure only: a value that fits (every start's) pays no import lookup.
+        from pydantic import ValidationError
+
+        if isinstance(exc, ValidationError):
+            raise error(f"{where}: {_describe(exc)}") from None
+        raise
 
 
 # One validator per function. Weak keys: hot reloading (wf dev) replaces functions, and the old

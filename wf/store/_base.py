@@ -914,6 +914,14 @@ the creation durable and hand it to this process's next ``try_acquire`` of the r
 store takes it while its flush runs in the thread); a store that does not ignores it."""
 
 
+MINTED_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("wf_minted_id", default=None)
+"""The id of the run the current task is creating, when ``new_run_id`` made it for this very
+creation (``Engine.start`` given no id). No run, creation cut short or packed run can hold it
+(a process never makes an id twice, a forked child makes its own), so a store may skip its
+looks for one; whatever publishes the run must still refuse an id taken meanwhile. A store that
+looks anyway ignores it."""
+
+
 class Store(abc.ABC):
     """Persistence for runs. Every method is safe to call from any process."""
 

@@ -121,10 +121,10 @@ class CreationSequence:
         # under it; the creation path scans a damaged one beforehand (``needs_rebuild``,
         # ``prepare``), and any other taker finds the damage under the lock and scans there.
         with self._locked("taken to number a new run") as fd:
-            last, rebuilt = self._read(fd, found)
+            last, rebuilt, length = self._read(fd, found)
             number = max(last, floor) + step
             if number != last or rebuilt is not None:
-                self._write(fd, number)
+                self._write(fd, number, length)
             if rebuilt is not None:
                 log.warning("%s", rebuilt)
             return number
@@ -141,7 +141,7 @@ class CreationSequence:
         when it holds a number."""
         found = self._scan_if_damaged()
         with self._locked("taken to repair it") as fd:
-            last, rebuilt = self._read(fd, found)
+            last, rebuilt, _ = self._read(fd, found)
             if rebuilt is not None:
                 self._write(fd, last)  # read under the lock: never below the number on file
             return rebuilt
@@ -175,32 +175,36 @@ class CreationSequence:
             return None
         return self._highest_in_use() if found is None else found
 
-    def _read(self, fd: int, found: int | None = None) -> tuple[int, str | None]:
-        """``(last number given, None)``, or for a damaged file (held under the lock)
-        ``(the rebuilt last number, what was done)``, the damaged bytes set aside.
-        ``found``: the highest number in use, scanned before the lock was taken."""
+    def _read(self, fd: int, found: int | None = None) -> tuple[int, str | None, int | None]:
+        """``(last number given, None, the file's length)``, or for a damaged file (held under
+        the lock) ``(the rebuilt last number, what was done, None)``, the damaged bytes set
+        aside. ``found``: the highest number in use, scanned before the lock was taken. The
+        length is None when the read does not tell it (64 bytes or more)."""
         raw = _fsops.pread(fd, 64, 0, self.path)
         text = raw.strip()
         if text.isascii() and text.isdigit():
-            return int(text), None
+            return int(text), None, len(raw) if len(raw) < 64 else None
         highest = self._highest_in_use() if found is None else found
         if not text and highest == 0:
-            return 0, None  # made, never written (a taker killed in between), and no run yet
+            return 0, None, None  # made, never written (a taker killed in between), no run yet
         size = os.fstat(fd).st_size
         damaged = _fsops.pread(fd, min(size, 1 << 20), 0, self.path) if size else b""
         _atomic.replace(self._root, SEQUENCE_FILE + DAMAGED_SUFFIX, damaged)
         last = highest + REBUILD_GAP
         what = "empty" if not text else "not a sequence number"
-        return last, (
+        done = (
             f"{self.path}: {what}; rebuilt past the highest creation number in use ({highest}"
             f" + {REBUILD_GAP}: {last}), the damaged file kept as "
             f"{self.path}{DAMAGED_SUFFIX}"
         )
+        return last, done, None
 
-    def _write(self, fd: int, number: int) -> None:
+    def _write(self, fd: int, number: int, length: int | None = None) -> None:
+        """Write ``number`` over the file (``length``: the file's, if the caller knows it)."""
         data = f"{number:020d}\n".encode()
         _fsops.write_all(fd, data, self.path, 0)
-        if os.fstat(fd).st_size > len(data):
+        # A number's length (every creation's case) needs no ``fstat`` to know nothing is left.
+        if (length is None or length > len(data)) and os.fstat(fd).st_size > len(data):
             _fsops.truncate(fd, len(data), self.path)  # a longer damaged file's tail
         _fsops.fsync(fd, self.path)
 

@@ -40,6 +40,7 @@ from wf._files import FILES_PER_RUN, open_files_limit
 from wf._tasks import in_thread_alone, in_thread_to_the_end
 from wf.store._base import (
     CREATOR_LEASES,
+    MINTED_ID,
     Deleted,
     Event,
     HookRecord,
@@ -484,24 +485,11 @@ class LocalStore(Store):
         if record.parent_id is not None:
             validate_run_id(record.parent_id)
         self._open(create=True)
-        try:
-            found = os.lstat(run_dir)  # one look for both a link and a leftover
-        except OSError:
-            pass  # nothing there (or nothing to see: publishing will say what is wrong)
-        else:
-            if stat.S_ISLNK(found.st_mode):
-                # Something stands under the id: not created. Reading it (``get_run``) names
-                # the damage to whoever started this id, where a creation's damage would be
-                # the store's (a child's parent kept due, for nothing, until the repair).
-                return False
-            if run_exists(run_dir) and not _records.cut_short(run_dir):
-                return False
-            self._discard(run_dir)  # a leftover of a creation cut short by a power cut
-        try:
-            if self.segments.locate(record.id) is not None:
-                return False  # packed
-        except StoreCorrupted:
-            return False  # a damaged locator of the id: the same as a link above
+        # An id made for this creation (``MINTED_ID``) is nobody's: no look for a run under it
+        # (an ``lstat`` and a ``readlink``). The rename that publishes the run still refuses a
+        # directory there.
+        if MINTED_ID.get() != record.id and not self._free(run_dir, record.id):
+            return False
         if explicit and self.tombstones.get(record.id) is not None:
             return False  # deleted: the id is still that run's
         in_use = None  # the highest number in use, scanned off the loop if the sequence is damaged
@@ -528,7 +516,7 @@ class LocalStore(Store):
 
                     def take_lease() -> None:
                         nonlocal taken
-                        taken = self._lease_created(record.id, journal)
+                        taken = self._lease_created(record.id, journal, committer)
 
                     await committer.sync_file_system(
                         self.root,
@@ -567,6 +555,27 @@ class LocalStore(Store):
             self._leased_at_creation[record.id] = taken
         return True
 
+    def _free(self, run_dir: str, run_id: str) -> bool:
+        """Whether a creation may use ``run_id``: no run, link or packed run stands under it
+        (a leftover of a creation cut short by a power cut is discarded)."""
+        try:
+            found = os.lstat(run_dir)  # one look for both a link and a leftover
+        except OSError:
+            pass  # nothing there (or nothing to see: publishing will say what is wrong)
+        else:
+            if stat.S_ISLNK(found.st_mode):
+                # Something stands under the id: not created. Reading it (``get_run``) names
+                # the damage to whoever started this id, where a creation's damage would be
+                # the store's (a child's parent kept due, for nothing, until the repair).
+                return False
+            if run_exists(run_dir) and not _records.cut_short(run_dir):
+                return False
+            self._discard(run_dir)  # a leftover of a creation cut short by a power cut
+        try:
+            return self.segments.locate(run_id) is None  # else packed
+        except StoreCorrupted:
+            return False  # a damaged locator of the id: the same as a link above
+
     def _after_creation(
         self, record: RunRecord, journal: tuple[int, bytes | None], first_lease: bool
     ) -> None:
@@ -589,13 +598,17 @@ class LocalStore(Store):
         self.hub.touch("")
         self.hub.touch(record.id)
 
-    def _lease_created(self, run_id: str, journal: tuple[int, bytes | None]) -> LocalLease | None:
+    def _lease_created(
+        self, run_id: str, journal: tuple[int, bytes | None], committer: Committer
+    ) -> LocalLease | None:
         """The lease of a run this call's creation has just published (``journal``: its size
         and bytes, ``_stage``'s), as ``try_acquire`` takes it; None if it cannot be taken now
-        (the caller's own ``try_acquire`` then meets whatever stopped it)."""
+        (the caller's own ``try_acquire`` then meets whatever stopped it). ``committer``: the
+        creation's, the lease's too (looked up once: a lookup of the running loop asks the
+        process id, a system call)."""
         self._created[run_id] = journal
         try:
-            got = self._acquire(run_id)
+            got = self._acquire(run_id, committer=committer)
         except Exception:
             return None
         finally:
@@ -1200,7 +1213,7 @@ class LocalStore(Store):
         try:
             for path, flags in targets:
                 try:
-                    held.append(_fsops.open_fd(path, flags, allow=(errno.ENOENT,)))
+                    fd = _fsops.try_lock(path, flags, allow=(errno.ENOENT,))
                 except FileNotFoundError:
                     # RunNotFound if the run is gone; unpacked again if another process packed
                     # it since the look, and then its files are back: look again.
@@ -1209,12 +1222,12 @@ class LocalStore(Store):
                         give_back(_Miss.GONE)
                         return None
                     raise StoreCorrupted(f"cannot open {path}: it is missing") from None
-                try:
-                    fcntl.flock(held[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
+                if fd is None:
                     return give_back(_Miss.HELD)
-                except OSError as error:
-                    _fsops.fail("lock", path, OSError(error.errno, error.strerror, path))
+                # One ``fstat``, with the lock held: a regular file, and (the journal's) the
+                # one ``_still_there`` compares with the path's.
+                locked = _fsops.locked_info(fd, path)
+                held.append(fd)
             info = _still_there(held[-1], journal, locked)
             if info is None:
                 give_back(_Miss.GONE)
