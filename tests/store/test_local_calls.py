@@ -21,7 +21,7 @@ from wf import RunNotFound
 from wf.engine._current import use_engine
 from wf.engine._engine import Engine
 from wf.store import RunStatus
-from wf.store.local import LocalStore
+from wf.store.local import LocalStore, _fsops
 
 
 class Noted:
@@ -240,16 +240,28 @@ async def test_a_claim_looks_the_running_loop_up_once_for_all_its_leases(
         await other.close()
 
 
-async def test_a_creation_numbers_its_run_without_an_fstat_of_the_sequence(
+async def test_a_creation_reads_the_sequence_once_and_takes_no_fstat_of_it(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The creation number's file holds exactly one number, which the read under its lock
-    shows: writing the next needs no ``fstat`` to know nothing of the old is left after it."""
+    """The creation number's file is read once, under its lock (a damaged one is told of then
+    and scanned for off the loop: ``test_local_sequence``). It holds exactly one number, which
+    that read shows: writing the next needs no ``fstat`` to know nothing of the old is left
+    after it."""
+    reads: list[str] = []
+    pread = _fsops.pread
+
+    def noting(fd: int, size: int, offset: int, path: str) -> bytes:
+        if os.path.basename(path) == "sequence":
+            reads.append(path)
+        return pread(fd, size, offset, path)
+
     with Noted(monkeypatch) as noted:
         await created(local)  # the sequence's descriptor opened (and checked: a file)
         noted.calls.clear()
+        monkeypatch.setattr(_fsops, "pread", noting)
         run = await created(local)
     assert noted.on(str(root / "sequence"))["fstat"] == 0
+    assert reads == [str(root / "sequence")]
     assert (root / "sequence").read_bytes() == f"{run.seq:020d}\n".encode()
 
 

@@ -58,6 +58,11 @@ all processes together can have taken and not yet written (each creation writes 
 once), and nothing beside the 10^16 numbers index names hold. Numbers need not be dense."""
 
 
+class Unnumbered(Exception):
+    """The file holds no number, and the taker asked not to scan for the highest in use under
+    the lock (a creation: it scans off the loop, ``prepare``, and takes again)."""
+
+
 class CreationSequence:
     """``<root>/sequence`` of one store (one descriptor, opened on first use)."""
 
@@ -97,11 +102,12 @@ class CreationSequence:
             self._fd = fd
         return self._fd
 
-    def take(self, found: int | None = None) -> int:
+    def take(self, found: int | None = None, *, scan: bool = True) -> int:
         """The next number (durable before the caller's run counts, see the module).
         ``found``: the highest number in use, if the caller scanned (``prepare``) because
-        the file held none."""
-        return self._bump(0, step=1, found=found)
+        the file held none. Not ``scan``: a file that holds none raises ``Unnumbered``
+        (nothing written, the lock let go) rather than scan under the lock."""
+        return self._bump(0, step=1, found=found, scan=scan)
 
     def at_least(self, number: int) -> None:
         """Make the last number given at least ``number`` (runs recovered or migrated with
@@ -116,12 +122,13 @@ class CreationSequence:
         with self._locked("taken to start the sequence") as fd:
             self._write(fd, number)
 
-    def _bump(self, floor: int, *, step: int, found: int | None = None) -> int:
+    def _bump(self, floor: int, *, step: int, found: int | None = None, scan: bool = True) -> int:
         # No look at the file before the lock: a healthy file (every creation) is read once,
-        # under it; the creation path scans a damaged one beforehand (``needs_rebuild``,
-        # ``prepare``), and any other taker finds the damage under the lock and scans there.
+        # under it; the creation path is told of a damaged one (``Unnumbered``) and scans off
+        # the loop (``prepare``), and any other taker finds the damage under the lock and
+        # scans there.
         with self._locked("taken to number a new run") as fd:
-            last, rebuilt, length = self._read(fd, found)
+            last, rebuilt, length = self._read(fd, found, scan)
             number = max(last, floor) + step
             if number != last or rebuilt is not None:
                 self._write(fd, number, length)
@@ -146,14 +153,6 @@ class CreationSequence:
                 self._write(fd, last)  # read under the lock: never below the number on file
             return rebuilt
 
-    def needs_rebuild(self) -> bool:
-        """Whether the file holds no number (one read of 64 bytes: the creation path asks
-        before each number, and scans in a worker thread, ``prepare``, when it does)."""
-        with self._thread_lock:
-            raw = _fsops.pread(self._open(), 64, 0, self.path)
-        text = raw.strip()
-        return not (text.isascii() and text.isdigit())
-
     def prepare(self) -> int:
         """The highest number in use, for ``take`` to rebuild the file with (called in a
         worker thread, so the scan does not hold up the event loop)."""
@@ -175,15 +174,20 @@ class CreationSequence:
             return None
         return self._highest_in_use() if found is None else found
 
-    def _read(self, fd: int, found: int | None = None) -> tuple[int, str | None, int | None]:
+    def _read(
+        self, fd: int, found: int | None = None, scan: bool = True
+    ) -> tuple[int, str | None, int | None]:
         """``(last number given, None, the file's length)``, or for a damaged file (held under
         the lock) ``(the rebuilt last number, what was done, None)``, the damaged bytes set
-        aside. ``found``: the highest number in use, scanned before the lock was taken. The
-        length is None when the read does not tell it (64 bytes or more)."""
+        aside. ``found``: the highest number in use, scanned before the lock was taken;
+        without it and ``scan``, ``Unnumbered`` for a damaged file. The length is None when
+        the read does not tell it (64 bytes or more)."""
         raw = _fsops.pread(fd, 64, 0, self.path)
         text = raw.strip()
         if text.isascii() and text.isdigit():
             return int(text), None, len(raw) if len(raw) < 64 else None
+        if found is None and not scan:
+            raise Unnumbered(self.path)
         highest = self._highest_in_use() if found is None else found
         if not text and highest == 0:
             return 0, None, None  # made, never written (a taker killed in between), no run yet

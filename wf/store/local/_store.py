@@ -115,7 +115,7 @@ from wf.store.local._queue import (
     tags_of_record,
 )
 from wf.store.local._segments import Loc, Packed, Segments, SegmentsBusy
-from wf.store.local._sequence import CreationSequence
+from wf.store.local._sequence import CreationSequence, Unnumbered
 
 log = logging.getLogger("wf.worker")
 
@@ -492,14 +492,17 @@ class LocalStore(Store):
             return False
         if explicit and self.tombstones.get(record.id) is not None:
             return False  # deleted: the id is still that run's
-        in_use = None  # the highest number in use, scanned off the loop if the sequence is damaged
-        if self.sequence.needs_rebuild():
-            in_use = await asyncio.to_thread(self.sequence.prepare)
         staging = os.path.join(self.root, "tmp", _staging_name(record.id))
         since = _fsops.mark(self.root, self._device)  # before anything its flush must cover
         # On the loop thread: staging in a worker thread was measured slower (creations then
         # finish at different times and need more flushes, 9-10k vs 13-14k steps/s at 100).
-        published = self._publish(record, events, staging, run_dir, number=True, in_use=in_use)
+        try:
+            published = self._publish(record, events, staging, run_dir, number=True)
+        except Unnumbered:
+            # The sequence holds no number (damaged): the highest in use is scanned off the
+            # loop, without its lock (``prepare``), and the creation made again with it.
+            in_use = await asyncio.to_thread(self.sequence.prepare)
+            published = self._publish(record, events, staging, run_dir, number=True, in_use=in_use)
         if published is None:
             return False  # another process created it first (our names are taken back)
         owed, journal, events = published
@@ -648,8 +651,9 @@ class LocalStore(Store):
 
         ``number``: give the run the next number of the creation sequence first (its bump
         made durable by the same deferred flush); else the record has one (a recovery).
-        ``in_use``: the highest number in use, scanned off the loop for a damaged sequence.
-        Returns the fsyncs deferred to the caller's flush (empty without syncfs: each was
+        ``in_use``: the highest number in use, scanned off the loop for a damaged sequence;
+        without it, a damaged one raises ``Unnumbered`` (nothing of the run left). Returns the
+        fsyncs deferred to the caller's flush (empty without syncfs: each was
         made), the journal's size and bytes (see ``_stage``) and the events as written, or
         None if the id was taken meanwhile.
         """
@@ -662,7 +666,8 @@ class LocalStore(Store):
         try:
             with _fsops.deferred_fsyncs() as owed:
                 if number:
-                    events = stamp_seq(record, events, self.sequence.take(in_use))
+                    # Not scanned here, under the lock on the loop: ``Unnumbered`` (the caller's).
+                    events = stamp_seq(record, events, self.sequence.take(in_use, scan=False))
                 seq = record.seq
                 journal = self._stage(staging, record, events)
                 named = True
