@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import dataclasses
 import errno
 import fcntl
@@ -472,12 +471,20 @@ def fsync_dir(path: str) -> None:
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
-    # ``os`` has no syncfs; glibc and musl do (Linux only).
+    # ``os`` has no syncfs; glibc and musl do (Linux only). The C library is looked up in the
+    # process itself first: ``find_library`` runs ``ldconfig -p`` in a subprocess (about 2 ms
+    # of every process that imports the local store), and is only asked when Python is not
+    # linked against a C library that has syncfs.
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        function = libc.syncfs
+        function = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
-        return None
+        from ctypes.util import find_library
+
+        try:
+            libc = ctypes.CDLL(find_library("c") or None, use_errno=True)
+            function = libc.syncfs
+        except (OSError, AttributeError):
+            return None
     function.argtypes = [ctypes.c_int]
     function.restype = ctypes.c_int
     return function
