@@ -537,10 +537,10 @@ def latest_progress(journal: list[dict[str, Any]]) -> Any:
     """The data of the run's latest progress report (None if it has reported none). Here, not
     beside ``wf.progress`` in ``wf.engine._watch``, whose imports (steps, workflows, the run
     context) a look at a run does not need."""
-    from wf.engine._codec import decode
-
     for event in reversed(journal):
         if event.get("type") == "progress":
+            from wf.engine._codec import decode
+
             return decode(event.get("data"))
     return None
 
@@ -552,28 +552,33 @@ async def queue_state(
     progress, its due time while pending, ``held``: what holds a pending run back, and
     ``unserved``: the deployment an unfinished run is pinned to when no live worker serves it
     (None otherwise)."""
-    from wf._config import store_wide_concurrency
-    from wf.engine._codec import encode
-    from wf.engine._queueing import explain as explain_hold
-    from wf.engine._queueing import served
-
-    total = None
+    # The queue's and the codec's modules (decimal, zoneinfo) are imported only for a run
+    # that needs them: most looks are at a finished run (``wf inspect --json``'s start-up).
+    hold = None
     if record.status is RunStatus.PENDING:  # the only runs a hold is explained for
+        from wf._config import store_wide_concurrency
+        from wf.engine._queueing import explain as explain_hold
+
         # Read from the configuration files each time (finding the project walks up from
         # the current directory): only when it can matter, not for every look at a run.
         try:
             total = store_wide_concurrency()
         except WFError:
             total = None  # a bad setting is reported by the commands that apply it
-    hold = await explain_hold(store, record, now, total)
+        hold = await explain_hold(store, record, now, total)
     pin = record.deployment
     # An unfinished run pinned to a deployment no live worker serves waits for one, whatever
     # else it waits for: said beside a due timer, a delivered message, a dead driver.
-    unserved = (
-        pin
-        if pin is not None and not record.status.is_terminal and not await served(store, pin)
-        else None
-    )
+    unserved = None
+    if pin is not None and not record.status.is_terminal:
+        from wf.engine._queueing import served
+
+        unserved = None if await served(store, pin) else pin
+    progress = latest_progress(journal)
+    if progress is not None:
+        from wf.engine._codec import encode
+
+        progress = encode(progress, where="progress")
     attempts: list[dict[str, Any]] = [
         {"attempt": 1, "ts": journal[0].get("ts") if journal else None, "error": None}
     ]
@@ -593,7 +598,7 @@ async def queue_state(
         "limits": record.limits,
         "due_at": record.wake_at if record.status.value == "pending" else None,
         "attempts": attempts,
-        "progress": encode(latest_progress(journal), where="progress"),
+        "progress": progress,
         "held": None
         if hold is None
         else {"reason": hold.reason, "ahead": hold.ahead, "at": hold.retry_at},
