@@ -307,6 +307,7 @@ class OpCall(Coroutine[Any, Any, T]):
     """
 
     __slots__ = (
+        "_awaited",
         "_future",
         "_inline",
         "_iter",
@@ -332,6 +333,7 @@ class OpCall(Coroutine[Any, Any, T]):
         self._run = run
         self._inline = inline
         self._future: asyncio.Future[T] | None = None
+        self._awaited = False  # ``__await__`` was called: a second await is refused
         self._iter: Generator[Any, None, T] | None = None
         self.wf_label = label
         """What was called, in words: ``step 'charge' call``."""
@@ -367,6 +369,9 @@ class OpCall(Coroutine[Any, Any, T]):
         return self._iter
 
     def __await__(self) -> Generator[Any, None, T]:
+        if self._awaited:  # its iterator is spent or running: a coroutine's own refusal
+            raise RuntimeError("cannot reuse an already awaited wf operation")
+        self._awaited = True
         awaited = self._iterator()
         if self._future is not None:
             _note_awaited(self._future)
@@ -377,6 +382,8 @@ class OpCall(Coroutine[Any, Any, T]):
         ``wf.select`` reads when the operation ended from it."""
         if self._iter is None:
             self._inline = None  # its end time is read from its own future: a task of its own
+        elif self._future is None:  # awaited already, without a future of its own
+            raise RuntimeError("cannot reuse an already awaited wf operation")
         self._iterator(own_future=True)
         assert self._future is not None
         return self._future
@@ -458,7 +465,8 @@ class RecordedCall(OpCall[T]):
 
     Awaited outside any timeout block, it gives the value with no future around it: making,
     settling and awaiting a finished future was 6% of a replayed step. A block needs the
-    future (``_note_awaited``), and so does ``future()`` (``wf.select``); both get one.
+    future, timed by the step's recorded end (``_note_awaited``, ``timeout._durable_end``), and so
+    does ``future()`` (``wf.select``); both get one.
     """
 
     __slots__ = ("_data", "_decode")
@@ -486,7 +494,10 @@ class RecordedCall(OpCall[T]):
             self._start = None  # awaited from here on, even if the value no longer decodes
             value = self._decode(self._data)
             if own_future or current_scope() is not None:
+                # Timed: a block decided by this drive ends no sooner than the step did.
                 self._future = op_done(value)
+                if self.wf_ended_at is not None and self._run is not None:
+                    self._run.timed(self._future, self.wf_ended_at)
                 self._iter = asyncio.Future.__await__(self._future)
             else:
                 self._iter = _at_once(value)
