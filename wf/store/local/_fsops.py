@@ -181,7 +181,7 @@ def try_lock(path: str, flags: int, *, allow: Collection[int] = _NO_ALLOW) -> in
     lock."""
     try:
         _check("open", path)
-        fd = os.open(path, flags | _NEVER_WAIT)
+        fd = os.open(path, flags | _NEVER_WAIT, 0o644)
     except OSError as error:
         if error.errno == errno.ELOOP and os.path.islink(path):
             raise linked(path) from error
@@ -344,7 +344,13 @@ def read_bytes(path: str, *, allow: Collection[int] = _NO_ALLOW) -> bytes:
         _check("read", path)
         # Opened before the file object is made: a missing file (most runs' ``run.json``)
         # fails in 4 µs rather than the 10 ``open`` takes to fail through an opener.
-        with open(_no_follow(path, os.O_RDONLY), "rb") as file:
+        fd = _no_follow(path, os.O_RDONLY)
+        try:
+            file = open(fd, "rb")  # noqa: SIM115 (closed by the ``with`` below)
+        except BaseException:
+            os.close(fd)  # a directory: ``open`` refuses a descriptor it never closes then
+            raise
+        with file:
             return file.read()
     except OSError as error:
         if error.errno == errno.ELOOP and os.path.islink(path):
