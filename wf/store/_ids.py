@@ -30,8 +30,11 @@ child, which must never make the ids its parent makes."""
 
 
 def _drop_entropy() -> None:
-    global _entropy
+    # And the last id: counting up from the parent's in the same millisecond (or under a
+    # clock that did not move on) would make the parent's next ids.
+    global _entropy, _last_ms, _last_rand
     _entropy = b""
+    _last_ms, _last_rand = -1, 0
 
 
 os.register_at_fork(after_in_child=_drop_entropy)
