@@ -385,8 +385,7 @@ class timeout:
         No sooner than it began, than the recorded end of each of its operations that
         records one (a step's outcome, a select's decision, an inner block's end: those this
         drive decided by when they ended, ``RunContext.decided_at``), nor than each operation
-        task the block's code awaited ended, directly or through ``gather`` or a ``TaskGroup``
-        (``CancelScope.awaited``): a sleep at its deadline
+        task the block's code awaited ended (``CancelScope.awaited``): a sleep at its deadline
         or its wake, a payload when it reached the store, a child when it ended, an operation
         begun before the block (the one that kept it open past the earlier drive). Not by
         what the block did not await (a task beside it). A sleep's own recorded start is no

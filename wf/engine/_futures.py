@@ -53,23 +53,13 @@ def _refusal(helper: str) -> UsageError:
     )
 
 
-_WAITS_FOR = {"gather": _ASYNCIO_TASKS, "TaskGroup.create_task": "asyncio.taskgroups"}
-"""The frames of asyncio that wait for a task through a done-callback, for the code that
-gathers it or puts it in a task group (by code qualname: the module they are in)."""
-
-
-def _look_at_helper(task: OpTask[Any]) -> None:
+def _refuse_racing_helpers() -> None:
     """Refuse a done-callback added by a racing helper of asyncio (3.11's ``wait_for``; every
-    version's ``wait`` and ``as_completed``). One added by ``gather`` or a ``TaskGroup`` is
-    the code waiting for ``task`` there: noted as an await (``_note_awaited``)."""
+    version's ``wait`` and ``as_completed``)."""
     caller = sys._getframe(2)
-    qualname = caller.f_code.co_qualname
-    name = _REFUSED.get(qualname)
+    name = _REFUSED.get(caller.f_code.co_qualname)
     if name is not None and caller.f_globals.get("__name__") == _ASYNCIO_TASKS:
         raise _refusal(name)
-    module = _WAITS_FOR.get(qualname)
-    if module is not None and caller.f_globals.get("__name__") == module:
-        _note_awaited(task)
 
 
 def _refuse_inline_wait_for(call: OpCall[Any]) -> None:
@@ -95,7 +85,7 @@ class OpTask(asyncio.Task[T]):
     """A task created by workflow code (or executing an operation)."""
 
     def add_done_callback(self, fn: Callable[[Any], object], *, context: Any = None) -> None:
-        _look_at_helper(self)
+        _refuse_racing_helpers()
         super().add_done_callback(fn, context=context)
 
     def __await__(self) -> Generator[Any, None, T]:

@@ -41,9 +41,8 @@ class CancelScope:
     """A timeout's scope: the operations begun inside it, so its end is judged by what the
     journal recorded of them (``wf.engine._compose.timeout``); None for other scopes."""
     awaited: list[Any] | None = None
-    """A timeout's scope: the operation tasks that code inside it awaited (``OpTask``),
-    directly or through ``asyncio.gather`` or a ``TaskGroup``, so its end counts them by when
-    they ended (a sleep's recorded start is no end); None for other scopes."""
+    """A timeout's scope: the operation tasks that code inside it awaited (``OpTask``), so
+    its end counts those begun before it by when they ended; None for other scopes."""
 
     def contains(self, inner: CancelScope | None, root: CancelScope) -> bool:
         """Whether code running in ``inner`` (None: the run's top level) is inside this scope."""
