@@ -904,6 +904,8 @@ class RemoteRun(Run[Any]):
         params = {"start": start, "follow": str(follow).lower(), "framed": "true"}
         url = self.client.url
         cut: httpx.TransportError | None = None
+        framed = False
+        number: int | None = start if start >= 0 else None  # the chunk read next, when known
         try:
             async with self.client.streaming("GET", path, params=params) as response:
                 if response.status_code >= 300 or API_HEADER not in response.headers:
@@ -911,8 +913,10 @@ class RemoteRun(Run[Any]):
                     _answer(response, self.client)
                 framed = response.headers.get(_frames.FRAMING_HEADER) == _frames.FRAMING
                 first = response.headers.get(_frames.START_HEADER, "")
-                if start < 0 and framed and first.isascii() and first.isdigit() and on_start:
-                    on_start(int(first))
+                if start < 0 and framed and first.isascii() and first.isdigit():
+                    number = int(first)
+                    if on_start:
+                        on_start(number)
                 frames = _frames.Unframer()
                 try:
                     async for piece in response.aiter_raw():
@@ -920,6 +924,8 @@ class RemoteRun(Run[Any]):
                             yield piece, None
                             continue
                         for part in frames.feed(piece):
+                            if part[1] and number is not None:
+                                number += 1
                             yield part
                 except httpx.RemoteProtocolError as exc:
                     cut = exc  # the body ended early: cut off, or the connection dropped
@@ -927,16 +933,21 @@ class RemoteRun(Run[Any]):
                     cut = httpx.RemoteProtocolError("the body ended inside a chunk")
         except httpx.TransportError as exc:
             raise self.client.unreachable(exc, self.client.timeout) from None
-        detail = await self.client.call("GET", self._path(), params=_NO_EVENTS)
+        error = ServerUnavailable(f"the wf server at {url} ended the stream early: {cut}")
+        error.unreached = True  # dropped (the server stops, say): a follow reads on
+        error.cut = True
+        try:
+            detail = await self.client.call("GET", self._path(), params=_NO_EVENTS)
+        except ServerUnavailable:
+            if cut is None:
+                raise
+            raise error from None  # the server went away meanwhile: a cut, read on
         with self.client.reading("GET /runs/{id}"):
             info = (detail.get("stream_info") or {}).get(name) or {}
             ended = info.get("closed") or RunStatus(detail["status"]).is_terminal
         if ended and info.get("complete") is False:
             raise StreamIncomplete(self.id, name, str(info.get("cut_step") or "?"))
         if cut is not None:
-            error = ServerUnavailable(f"the wf server at {url} ended the stream early: {cut}")
-            error.unreached = True  # dropped (the server stops, say): a follow reads on
-            error.cut = True
             raise error from None
 
     async def watch(self) -> AsyncIterator[RunEvent]:

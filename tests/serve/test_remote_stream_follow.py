@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+import wf
 import wf._remote
 from tests.serve import flows
 from tests.serve.conftest import Api, free_port
@@ -105,3 +106,36 @@ async def test_bytes_in_parts_come_as_they_arrive_and_read_on_inside_a_chunk(
     assert b"".join(got) == b"a0" + big + b"b0"
     assert max(map(len, got)) < len(big)
     assert _starts(proxy, run_id) == ["0", "1"], proxy.log  # the big chunk again, not a0
+
+
+@pytest.mark.parametrize("start", [0, -1])
+async def test_a_follow_that_received_nothing_yet_rides_out_a_restart(
+    live: Api, proxy: CuttingProxy, start: int
+) -> None:
+    """``wf stream -f`` started before the step's first write (or a ``start`` from the end of
+    a stream not written yet): a restart before any chunk came asks again from ``start``."""
+    token = f"none{start}"
+    gate = flows.STREAM_GATE[token] = asyncio.Event()
+    # From the end of a stream not written yet: its last chunk when asked again (one chunk,
+    # so that it is known which).
+    then = ["b0", "b1"] if start >= 0 else ["b0"]
+    run_id = await live.start("gated_stream", {"token": token, "first": [], "then": then})
+    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
+    got: list[bytes] = []
+
+    async def restart_once_asked() -> None:
+        while not _starts(proxy, run_id):  # the follow's request reached the server
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # its answer's head came back: the body is waited for
+        await proxy.bounce(0.2)
+        gate.set()
+
+    restart = asyncio.ensure_future(restart_once_asked())
+    try:
+        async with asyncio.timeout(30):
+            async for chunk in admin.follow_stream(run_id, start=start, follow=True):
+                got.append(chunk)
+    finally:
+        await restart
+    assert got == [c.encode() for c in then]
+    assert _starts(proxy, run_id)[:2] == [str(start)] * 2, proxy.log  # asked again

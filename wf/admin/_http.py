@@ -321,6 +321,7 @@ class HttpAdmin:
         # while not known (``start`` from the end of a stream the server did not number).
         at: int | None = start if start >= 0 else None
         received = 0  # bytes yielded, for a server that does not frame its chunks
+        given = False  # anything yielded: till then, asking from ``start`` again repeats nothing
         into = 0  # bytes of chunk ``at`` yielded (``whole=False``): left out when read again
 
         def first(number: int) -> None:
@@ -337,7 +338,7 @@ class HttpAdmin:
                 )
                 async for part, ends in parts:
                     outage.answered()
-                    reached = True
+                    reached = given = True
                     if ends is None:  # pieces, whose count says nothing of the chunks
                         at = None if start < 0 else start
                         if len(part) <= skip:
@@ -364,9 +365,11 @@ class HttpAdmin:
                 outage.answered()
                 return
             except ServerUnavailable as exc:
-                # Cut off by the server's stop (a restart): read on from where it was.
-                reached = reached or exc.cut
-                if not (follow and reached and at is not None):
+                # Cut off by the server's stop (a restart): read on from where it was, or
+                # from ``start`` while nothing came. A server this client never reached (a
+                # wrong URL) is said at once.
+                reached = reached or exc.cut or self.remote.reached
+                if not (follow and reached and (at is not None or not given)):
                     raise
                 await outage.failed(exc)
 
