@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import urllib.parse
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from tests.serve import flows
 from tests.serve.conftest import Api, free_port
 from tests.serve.cutting_proxy import CuttingProxy
 from wf._exceptions import ServerUnavailable
-from wf._remote import RemoteClient
+from wf._remote import RemoteClient, RemoteRun
 from wf.admin._http import HttpAdmin
 
 
@@ -139,3 +140,52 @@ async def test_a_follow_that_received_nothing_yet_rides_out_a_restart(
         await restart
     assert got == [c.encode() for c in then]
     assert _starts(proxy, run_id)[:2] == [str(start)] * 2, proxy.log  # asked again
+
+
+@wf.step(max_retries=0)
+async def write_then_fail(count: int) -> None:
+    async with wf.stream_writer() as writer:
+        for i in range(count):
+            await writer.write(flows.numbered(64 << 10) + b"|%d|" % i)
+        raise wf.FatalError("the provider hung up")
+
+
+@wf.workflow
+async def many_then_cut(count: int) -> None:
+    """Writes ``count`` chunks of 64 KiB, then its writer is cut off (the step fails)."""
+    await write_then_fail(count)
+
+
+flows.many_then_cut = many_then_cut  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("whole", [True, False])
+async def test_a_restart_while_reading_an_incomplete_stream_reads_on_to_its_end(
+    live: Api, proxy: CuttingProxy, monkeypatch: pytest.MonkeyPatch, whole: bool
+) -> None:
+    """A stream whose writer was cut off, of a run that ended: a restart cutting its body
+    halfway is no ``wf.StreamIncomplete`` yet (the server's own cut comes after its last
+    chunk): the follow reads on, and the error comes after every chunk."""
+    count = 40
+    run_id = await live.start("many_then_cut", {"count": count})
+    await live.until(run_id, lambda d: d["status"] == "failed")
+    real = RemoteRun.stream_parts
+    cuts = {"left": 1}
+
+    async def parts(self: RemoteRun, *a: Any, **k: Any) -> AsyncIterator[tuple[bytes, Any]]:
+        async for part, ends in real(self, *a, **k):
+            yield part, ends
+            if ends is False and cuts["left"]:  # inside the first chunk: the server restarts
+                cuts["left"] -= 1
+                await proxy.bounce(0.2)
+
+    monkeypatch.setattr(RemoteRun, "stream_parts", parts)
+    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
+    got: list[bytes] = []
+    with pytest.raises(wf.StreamIncomplete):
+        async with asyncio.timeout(30):
+            async for chunk in admin.follow_stream(run_id, follow=True, whole=whole):
+                got.append(chunk)
+    marks = b"".join(got).count(b"|")
+    assert marks == 2 * count  # every chunk, once
+    assert len(_starts(proxy, run_id)) == 2, proxy.log
