@@ -372,6 +372,15 @@ async def flooding_webhook(token: str, body_bytes: int, more: int) -> str:
 
 
 @wf.workflow
+async def bad_reply_webhook(token: str, reply: str) -> str:
+    """Writes ``reply`` as its webhook's reply itself: a first chunk that is no reply object."""
+    hook = wf.create_webhook(dict, token=token)
+    request = await hook.request()
+    await write_reply(f"wf:webhook:{request.id}", reply.encode(), 0)
+    return "replied"
+
+
+@wf.workflow
 async def respond_with(token: str, size: int) -> str:
     """Replies to its webhook's request with a text of ``size`` bytes: what ``respond`` says."""
     hook = wf.create_webhook(dict, token=token, timeout=1)

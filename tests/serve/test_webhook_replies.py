@@ -116,3 +116,28 @@ async def test_a_retry_gets_a_reply_recorded_before_the_limit_as_recorded(
     assert (await api.result(run_id))["output"] == "done"
     ended = await api.client.post("/webhooks/wh-old", json={}, headers=key)
     assert (ended.status_code, ended.content) == (200, first.content)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["not json", "[1]", '{"headers": [1]}', '{"status": "ok"}', '{"kind": "base64", "body": 1}'],
+)
+async def test_a_first_chunk_that_is_no_reply_is_502_in_one_line(
+    api: Api, caplog: pytest.LogCaptureFixture, reply: str
+) -> None:
+    """A run that wrote its reply's stream itself, a first chunk that is no reply object:
+    ``502 bad_reply`` and one log line, on the delivery and on a retry after the run ended
+    (it was a 500 with a traceback, and a retry's silent 202)."""
+    run_id = await api.start("bad_reply_webhook", {"token": "wh-bad", "reply": reply})
+    await api.until(run_id, lambda d: d["hooks"])
+    key = {"Idempotency-Key": "evt-1"}
+    for attempt in ("first", "retry"):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="wf.serve"):
+            answer = await api.client.post("/webhooks/wh-bad", json={}, headers=key)
+        assert answer.status_code == 502, (attempt, answer.text)
+        assert answer.json()["error"]["type"] == "bad_reply", attempt
+        said = [r for r in caplog.records if r.name.startswith("wf.serve")]
+        assert len(said) == 1 and said[0].exc_info is None, (attempt, said)
+        assert "\n" not in said[0].getMessage()
+        await api.result(run_id)

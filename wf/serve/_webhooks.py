@@ -171,8 +171,20 @@ def _recorded_reply(chunk: bytes) -> Response:
     """The response to a reply the run wrote (the first chunk of its reply stream), sent as
     recorded whatever its size: ``MAX_REPLY`` bounds a reply where ``respond`` makes it, and a
     reply recorded before that bound (or a stream the run wrote itself) is the run's reply,
-    as replaying the run takes it. The server holds the chunk already when it reads it."""
-    return reply_response(json.loads(chunk))
+    as replaying the run takes it. The server holds the chunk already when it reads it.
+
+    A chunk that is no reply (a run wrote the stream itself: not JSON, no object, headers
+    that are no mapping) is answered ``502 bad_reply`` and said in one log line, as a reply
+    HTTP cannot carry is (``reply_response``)."""
+    try:
+        reply = json.loads(chunk)
+        if not isinstance(reply, dict):
+            raise TypeError(f"a JSON {type(reply).__name__}, not an object")
+        return reply_response(reply)
+    except (ValueError, TypeError, AttributeError) as exc:  # binascii.Error is a ValueError
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        log.warning("a webhook reply cannot be sent: the run's reply is no reply: %s", why)
+        return error_response(502, "bad_reply", f"the run's reply cannot be sent: {why}")
 
 
 _PRUNE_EVERY = 3600.0
@@ -251,10 +263,11 @@ async def _retried(request: Request, token: str) -> Response | None:
             continue
         if found.reply is not None:
             return reply_response(found.reply)
+        chunks: list[bytes] = []
         with contextlib.suppress(Exception):  # the run deleted since: no reply to give
             chunks = await _first_chunk(server.store, found.run_id, REPLY_STREAM + found.id)
-            if chunks:
-                return _recorded_reply(chunks[0])
+        if chunks:
+            return _recorded_reply(chunks[0])  # a reply it cannot send is a 502, not a 202
         return JSONResponse({"run_id": found.run_id, "status": "accepted"}, status_code=202)
     return None
 
