@@ -273,3 +273,21 @@ def test_a_damaged_item_fits_the_fault_schema_with_or_without_shown_as() -> None
     _fits(spec, "Fault", Fault("run", "wrun_x", "/p", "bad").to_json())
     shown = Fault("stream", "wrun_x/s-1", "/p/s-1.name", "not UTF-8", shown_as="default")
     _fits(spec, "Fault", shown.to_json())
+
+
+@pytest.mark.parametrize("store_kind", ["local"], indirect=True)
+async def test_the_stream_answers_wf_headers_are_described(api: Api) -> None:
+    """A framed read from the end answers ``WF-Stream-Framing`` and ``WF-Stream-Start``: the
+    document names both on the stream's 200, and ``start`` says the second."""
+    spec = (await api.client.get("/api/v1/openapi.json")).json()
+    run_id = await api.start("streaming", [2])
+    await api.result(run_id)
+    params = {"start": -1, "follow": "false", "framed": "true"}
+    answer = await api.client.get(f"/api/v1/runs/{run_id}/streams/default", params=params)
+    sent = {name.lower() for name in answer.headers if name.lower().startswith("wf-stream-")}
+    assert sent == {"wf-stream-framing", "wf-stream-start"}
+    stream = spec["paths"]["/runs/{id}/streams/{name}"]["get"]
+    described = {name.lower() for name in stream["responses"]["200"].get("headers", {})}
+    assert sent <= described
+    (start,) = [p for p in stream["parameters"] if p["name"] == "start"]
+    assert "WF-Stream-Start" in start["description"]

@@ -361,7 +361,10 @@ def _paths() -> dict[str, Any]:
                     {
                         "name": "start",
                         "in": "query",
-                        "description": "first chunk; negative counts from the end",
+                        "description": "first chunk; negative counts from the end (on a "
+                        "stream written already, the response says the number of the first "
+                        "chunk sent in WF-Stream-Start, from which a reader cut off asks "
+                        "again)",
                         "schema": {"type": "integer"},
                     },
                     {
@@ -391,6 +394,19 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "The stream's bytes, as they are written.",
+                        "headers": {
+                            "WF-Stream-Framing": {
+                                "description": "`length` when the body is framed (each "
+                                "chunk's length, 8 bytes big-endian, before its bytes); absent "
+                                "otherwise",
+                                "schema": {"type": "string", "enum": ["length"]},
+                            },
+                            "WF-Stream-Start": {
+                                "description": "the number of the first chunk sent, for a "
+                                "negative start on a stream written already",
+                                "schema": {"type": "integer", "minimum": 0},
+                            },
+                        },
                         "content": {"application/octet-stream": {}},
                     },
                     "400": _BAD,
