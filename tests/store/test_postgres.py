@@ -2666,6 +2666,149 @@ async def test_a_claim_whose_bump_fails_gives_its_locks_back(
         await peer.close()
 
 
+@pytest.mark.parametrize("sqlstate", ["40P01", "57014", "40001", "55P03"])
+async def test_a_bump_that_fails_for_a_lock_or_a_timeout_keeps_the_other_leases(
+    schema: str, monkeypatch: pytest.MonkeyPatch, sqlstate: str
+) -> None:
+    """A bump in the lock scan's round trip fails for a deadlock, a timeout, a serialization
+    failure or a lock not granted (psycopg's ``OperationalError`` kinds, the connection
+    fine): the lock connection is kept, and with it the leases already held on it; the
+    locks the scan took are given back."""
+    from wf.store.postgres import _store
+
+    store, peer = make(schema), make(schema)
+    try:
+        first = await created(store)
+        [held] = await store.claim(FAR, 1)
+        locks = (await store._ready()).locks
+        generation = locks.generation
+        runs = [await created(store) for _ in range(2)]
+        failing = f"DO $$ BEGIN RAISE SQLSTATE '{sqlstate}'; END $$"
+        monkeypatch.setattr(_store, "_BUMP_GRANTED", failing)
+        if sqlstate == "55P03":
+            # A row lock not granted at once: the bump goes by the pool, which may wait.
+            got = await store.claim(FAR, 10)
+            assert sorted(lease.run_id for lease in got) == sorted(r.id for r in runs)
+            for lease in got:
+                await lease.release()
+        else:
+            with pytest.raises(wf.StoreError, match="take run leases"):
+                await store.claim(FAR, 10)
+        monkeypatch.undo()
+        assert locks.generation == generation
+        assert held.run_id == first.id and locks.held(first.id, generation)
+        leases = await peer.claim(FAR, 10)
+        assert sorted(lease.run_id for lease in leases) == sorted(r.id for r in runs)
+        for lease in leases:
+            await lease.release()
+        await held.release()
+    finally:
+        await store.close()
+        await peer.close()
+
+
+async def _row_locked(schema: str, run_id: str) -> psycopg.AsyncConnection[Any]:
+    """A connection of another session that holds the run's row lock (until it rolls back)."""
+    conn = await psycopg.AsyncConnection.connect(DSN)
+    await conn.execute(f'SELECT id FROM "{schema}".wf_runs WHERE id = %s FOR UPDATE', [run_id])
+    return conn
+
+
+async def _waits_for(blocker: psycopg.AsyncConnection[Any], seconds: float = 10.0) -> None:
+    """Until a session waits for a lock ``blocker``'s session holds."""
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        async with asyncio.timeout(seconds):
+            while True:
+                cur = await admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                    [blocker.info.backend_pid],
+                )
+                row = await cur.fetchone()
+                if row is not None and row[0]:
+                    return
+                await asyncio.sleep(0.01)
+
+
+async def test_a_claim_waiting_on_a_row_lock_holds_up_no_release(schema: str) -> None:
+    """Another session holds a run's row lock while a claim takes that run: the claim waits
+    for it, but not on the lock connection, so a lease's release (and every other use of
+    that connection) goes through meanwhile."""
+    store = make(schema)
+    try:
+        await created(store)
+        [held] = await store.claim(FAR, 1)
+        locked = await created(store)
+        blocker = await _row_locked(schema, locked.id)
+        try:
+            claiming = asyncio.create_task(store.claim(FAR, 10))
+            await _waits_for(blocker)
+            await asyncio.wait_for(held.release(), 5)
+            assert not claiming.done()
+        finally:
+            await blocker.rollback()
+            await blocker.close()
+        [lease] = await asyncio.wait_for(claiming, 10)
+        assert lease.run_id == locked.id
+        await lease.release()
+    finally:
+        await store.close()
+
+
+async def test_a_lock_scan_cancelled_midway_gives_its_locks_back(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task of a claim's lock scan is cancelled while its round trip is under way (as
+    ``asyncio.run`` cancels every task when it ends): whatever the scan took is given back,
+    so that another process claims those runs; the leases held before stay held."""
+    from wf.store.postgres import _store
+
+    store, peer = make(schema), make(schema)
+    try:
+        await created(store)
+        [held] = await store.claim(FAR, 1)
+        locks = (await store._ready()).locks
+        generation = locks.generation
+        runs = [await created(store) for _ in range(3)]
+        monkeypatch.setattr(_store, "_CLAIMED_GRANTED", "SELECT pg_sleep(30)")
+        claiming = asyncio.create_task(store.claim(FAR, 10))
+        async with asyncio.timeout(10):
+            while not (scans := [t for t in asyncio.all_tasks() if "_try_many" in repr(t)]):
+                await asyncio.sleep(0.005)
+        await _waits_on_sleep(schema)
+        [scan] = scans
+        scan.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(claiming, 10)
+        monkeypatch.undo()
+        async with asyncio.timeout(10):
+            while len(got := await peer.claim(FAR, 10)) < len(runs):
+                for lease in got:
+                    await lease.release()
+                await asyncio.sleep(0.01)
+        assert sorted(lease.run_id for lease in got) == sorted(r.id for r in runs)
+        assert locks.held(held.run_id, generation)
+        for lease in got:
+            await lease.release()
+        await held.release()
+    finally:
+        await store.close()
+        await peer.close()
+
+
+async def _waits_on_sleep(schema: str, seconds: float = 10.0) -> None:
+    """Until a session runs ``pg_sleep``."""
+    async with await psycopg.AsyncConnection.connect(DSN, autocommit=True) as admin:
+        async with asyncio.timeout(seconds):
+            while True:
+                cur = await admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                )
+                row = await cur.fetchone()
+                if row is not None and row[0]:
+                    return
+                await asyncio.sleep(0.01)
+
+
 async def _end(lease: Any, run: RunRecord, status: RunStatus = RunStatus.COMPLETED) -> None:
     """End the run under its lease, as its driver does."""
     await lease.save(dataclasses.replace(run, status=status))

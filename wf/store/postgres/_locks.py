@@ -358,9 +358,16 @@ class Locks:
         granted (``granted``: the indices in ``free``, and the generation). Held by this session
         and by no lease, those locks would keep their runs (or places) from every other process,
         and, locks being re-entrant, from this one too once taken again and released, until
-        the lock connection closed."""
+        the lock connection closed.
+
+        The scan's own task cancelled (as ``asyncio.run`` cancels every task when it ends)
+        does not say what the server granted: every lock it tried is given back then (none
+        is a lease's: the scan skips reserved names; an unlock of a lock this session does not
+        hold changes nothing)."""
         got = None
-        if not attempt.cancelled() and attempt.exception() is None:
+        if attempt.cancelled():
+            got = (list(range(len(free))), self.generation)
+        elif attempt.exception() is None:
             got = granted(attempt.result())
         indices, generation = ([], 0) if got is None else got
         taken = set(indices)
@@ -463,8 +470,9 @@ async def _pipelined(
     then: Then | None,
 ) -> list[tuple[Any, ...]]:
     """``query``'s rows, with ``follow`` sent after it in the same pipeline: their rows, or
-    the error that failed them (``query`` ran), go to ``then``. A failure of ``query`` itself,
-    or of the connection, is raised."""
+    the error that failed them (``query`` ran), go to ``then``, whatever its kind (a lock or
+    statement timeout, a deadlock: the connection, and the locks on it, are fine). A failure
+    of ``query`` itself, or of the connection, is raised."""
     cursors = []
     first = None
     try:
@@ -472,10 +480,8 @@ async def _pipelined(
             first = await conn.execute(query, params)
             for statement, values in follow:
                 cursors.append(await conn.execute(statement, values))
-    except psycopg.OperationalError:
-        raise
     except psycopg.Error as error:
-        if first is None:
+        if first is None or conn.closed or conn.broken:
             raise
         try:
             rows = await first.fetchall()

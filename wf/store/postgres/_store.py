@@ -311,8 +311,13 @@ RETURNING wf_runs.id, wf_runs.lease_epoch
 """
 """``_ACQUIRE`` for a batch (rows locked in id order: two claims never deadlock)."""
 
-_BUMP_GRANTED = _BUMP.replace("ANY(%s)", f"ANY({GRANTED})")
-"""``_BUMP`` for the locks the scan before it took (in its round trip: ``Then``)."""
+_BUMP_GRANTED = _BUMP.replace("ANY(%s)", f"ANY({GRANTED})").replace(
+    "FOR UPDATE", "FOR UPDATE NOWAIT"
+)
+"""``_BUMP`` for the locks the scan before it took (in its round trip: ``Then``). It never
+waits for a row lock (``NOWAIT``): the lock connection would wait with it, and every unlock,
+watchdog ping and lease attempt of the instance behind it. A row locked by another session
+fails it (55P03), and the bump goes by the pool (``_bump_and_read``), where it may wait."""
 
 _CLAIMED = """
 SELECT r.id, r.record,
@@ -1129,14 +1134,16 @@ class PostgresStore(Store):
         """The new epochs and ``_CLAIMED``'s rows of the runs ``taken``: those of the scan's
         own runs (``first``) from its round trip (``then``), the rest's (a look past others'
         claims) read now. A statement after the scan refused for a value (a ``lease_epoch`` at
-        bigint's largest) wrote nothing: the scan's runs then go as the rest do."""
+        bigint's largest) or a bump that met a row locked by another session
+        (``_BUMP_GRANTED``) wrote nothing: the scan's runs then go as the rest do."""
         epochs: dict[str, int] = {}
         rows: list[tuple[Any, ...]] = []
         kept = set(taken)
         scanned = [run_id for run_id in first if run_id in kept]
         rest = [run_id for run_id in taken if run_id not in set(first)]
         if scanned and then.error is not None:
-            if not refused_value(then.error):
+            waits = isinstance(then.error, psycopg.errors.LockNotAvailable)
+            if not waits and not refused_value(then.error):
                 raise failure("PostgreSQL failed to take run leases", then.error) from then.error
             rest = scanned + rest
         elif scanned:
