@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -76,11 +77,16 @@ def read_only(dsn: str, on: bool) -> None:
 
 
 STEPS_RUN: list[int] = []
+STEP_GATE: asyncio.Event | None = None
+"""When a test sets it, a step waits for it before it ends: the test has done to the database
+what the run must meet (a short run could otherwise end before)."""
 
 
 @wf.step
 async def noted(i: int) -> int:
     STEPS_RUN.append(i)
+    if STEP_GATE is not None:
+        await STEP_GATE.wait()
     await asyncio.sleep(0.01)
     return i
 
@@ -170,6 +176,8 @@ async def test_a_foreground_ride_out_waits_for_writes_on_a_read_only_database(
     engine = Engine(store)
     said: list[str] = []
     STEPS_RUN.clear()
+    read_only_now = asyncio.Event()
+    monkeypatch.setattr(sys.modules[__name__], "STEP_GATE", read_only_now)
     try:
         with use_engine(engine):
             run = await wf.start(steps, 1, detach=True)
@@ -184,6 +192,7 @@ async def test_a_foreground_ride_out_waits_for_writes_on_a_read_only_database(
                 while not STEPS_RUN:
                     await asyncio.sleep(0.005)
             await asyncio.to_thread(read_only, database, True)
+            read_only_now.set()  # the step ends, and its write is refused
             async with asyncio.timeout(20):
                 while not said and not driving.done():
                     await asyncio.sleep(0.01)
