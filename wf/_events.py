@@ -174,10 +174,12 @@ KINDS: dict[str, EventKind] = {
         EventKind(
             "select_decided",
             ("op", "name", "index"),
-            ("cancelled",),
+            ("cancelled", "lost_ops"),
             opens="select",
             doc="Which candidate won (``index``); ``cancelled``: the operations of the steps "
-            "still running that the decision cancelled (absent when there were none).",
+            "still running that the decision cancelled (absent when there were none); "
+            "``lost_ops``: the op ids the losing helper-coroutine candidates took, which a "
+            "replay (running only the winner) gives to no operation (absent when none).",
         ),
         EventKind(
             "timeout_started",

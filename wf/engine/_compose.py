@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import RunContext, require_run
+from wf.engine._context import RunContext, SelectBranch, require_run, select_branches
 from wf.engine._durations import due_after, wait_seconds
 from wf.engine._futures import OpCall, op_task, task_ended_at
 from wf.engine._inbox import apply_messages
@@ -76,7 +76,9 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
     when it completed — so a run resumed late (a payload and an expired timer both waiting)
     picks the same winner as a run that was live all along. Messages already in the store are
     taken in before deciding. The winner is recorded, so a replay takes the same branch; the
-    others are cancelled. Ties go to the lowest index.
+    others are cancelled. Ties go to the lowest index. A candidate may be a helper coroutine:
+    the op ids a losing one took are recorded with the decision, so a replay, which runs only
+    the winner, gives the operations after the select the same ids.
     """
     ctx = require_run("wf.select()")
     if not awaitables:
@@ -92,21 +94,44 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
         raise
     if history is not None:
         winner = int(history.events[0]["index"])
+        ctx.skip_ops(history.events[0].get("lost_ops", ()))
         for index, awaitable in enumerate(awaitables):
             if index != winner and isinstance(awaitable, Coroutine):
                 awaitable.close()  # never started: a loser does not run again on replay
         return OpCall(lambda: op_task(_replayed_select(winner, awaitables[winner])), run=ctx)
-    return OpCall(lambda: op_task(_select(ctx, op, [_branch(ctx, a) for a in awaitables])), run=ctx)
+    return OpCall(lambda: op_task(_start_select(ctx, op, awaitables)), run=ctx)
 
 
-def _branch(ctx: RunContext, awaitable: Awaitable[Any]) -> asyncio.Future[Any]:
+async def _start_select(
+    ctx: RunContext, op: int, awaitables: Sequence[Awaitable[Any]]
+) -> tuple[int, Any]:
+    branches: list[SelectBranch | None] = []
+    futures = [_branch(ctx, a, branches) for a in awaitables]
+    return await _select(ctx, op, futures, branches)
+
+
+def _branch(
+    ctx: RunContext, awaitable: Awaitable[Any], branches: list[SelectBranch | None]
+) -> asyncio.Future[Any]:
     # A wf operation's own future (not a task around it) carries when it ended.
     if isinstance(awaitable, OpCall):
+        branches.append(None)  # its op id was taken when it was called, replayed alike
         future = awaitable.future()
         if awaitable.wf_ended_at is not None:  # a recorded outcome: noted only when selected
             ctx.timed(future, awaitable.wf_ended_at)
         return future
-    return asyncio.ensure_future(awaitable)
+    if isinstance(awaitable, asyncio.Future):
+        branches.append(None)  # started by the caller: it runs on replay too
+        return awaitable
+    # A helper coroutine takes its op ids as it runs, in a task (and the tasks it starts) that
+    # notes them, so that a decision it loses journals them for replays to skip.
+    branch = SelectBranch(ctx)
+    branches.append(branch)
+    token = select_branches.set((*select_branches.get(), branch))
+    try:
+        return asyncio.ensure_future(awaitable)
+    finally:
+        select_branches.reset(token)
 
 
 async def _replayed_select(winner: int, awaitable: Awaitable[Any]) -> tuple[int, Any]:
@@ -119,7 +144,10 @@ moment (a resume finds an expired timer and a received payload at once) all take
 
 
 async def _select(
-    ctx: RunContext, op: int, futures: Sequence[asyncio.Future[Any]]
+    ctx: RunContext,
+    op: int,
+    futures: Sequence[asyncio.Future[Any]],
+    branches: Sequence[SelectBranch | None],
 ) -> tuple[int, Any]:
     loop = asyncio.get_running_loop()
     decided: asyncio.Future[None] = loop.create_future()
@@ -159,6 +187,9 @@ async def _select(
         losers = _losing_steps(ctx, futures, winner)
         if losers:
             decided_event["cancelled"] = losers
+        lost_ops = _lost_ops(branches, winner)
+        if lost_ops:
+            decided_event["lost_ops"] = lost_ops
         await ctx.write(decided_event)
     finally:
         # A select cancelled before any outcome (a suspension, a timeout scope) cancels its
@@ -175,6 +206,16 @@ async def _select(
         if index != winner:
             future.cancel()
     return winner, futures[winner].result()
+
+
+def _lost_ops(branches: Sequence[SelectBranch | None], winner: int) -> list[int]:
+    """The op ids the losing coroutine branches took, which they stop taking now."""
+    lost: set[int] = set()
+    for index, branch in enumerate(branches):
+        if branch is not None and index != winner:
+            branch.lost = True
+            lost.update(branch.ops)
+    return sorted(lost)
 
 
 def _losing_steps(

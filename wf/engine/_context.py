@@ -43,6 +43,26 @@ _current_step: contextvars.ContextVar[StepContext | None] = contextvars.ContextV
     "wf_current_step", default=None
 )
 
+
+@dataclasses.dataclass(slots=True, eq=False)
+class SelectBranch:
+    """A ``wf.select`` branch that runs as a task of its own (a helper coroutine): it takes
+    its op ids only as it runs, so they are noted here. When it loses, the decision journals
+    them (``lost_ops``) and a replay, which runs only the winner, skips them."""
+
+    run: RunContext
+    """The run whose select it is: a run started from the branch (a child driven in this
+    process, whose task inherits the context) takes its own ids."""
+    ops: list[int] = dataclasses.field(default_factory=list)
+    lost: bool = False
+    """Set by the decision: the branch is being cancelled and takes no more op ids."""
+
+
+select_branches: contextvars.ContextVar[tuple[SelectBranch, ...]] = contextvars.ContextVar(
+    "wf_select_branches", default=()
+)
+"""The select branches the running code is part of (inner selects nest in outer branches)."""
+
 # The journal schema (``wf._events``): which events open an operation, and the fields each kind
 # must have.
 OPENING_EVENTS = _events.OPENING_EVENTS
@@ -291,6 +311,9 @@ class RunContext:
         call's arguments against them (``wf.engine._step``)."""
         self._index_journal(journal)
         self.next_op = 0
+        self.skipped_ops: set[int] = set()
+        """Op ids a losing select branch took in the drive that decided it: a replay, which
+        does not run the loser, hands them to no one (``skip_ops``)."""
         self.last_recorded_op = max(self.history, default=-1)
         self.active = 0
         self._long_waits = 0
@@ -513,8 +536,17 @@ class RunContext:
             raise Suspending()
         if self.divergence is not None:
             raise self.divergence
+        branches = [branch for branch in select_branches.get() if branch.run is self]
+        if any(branch.lost for branch in branches):
+            # A lost branch the decision is cancelling: an id taken now would be one the
+            # decision did not journal as lost, and a replay would hand it to the next op.
+            raise asyncio.CancelledError()
         op = self.next_op
         self.next_op += 1
+        while self.next_op in self.skipped_ops:
+            self.next_op += 1
+        for branch in branches:
+            branch.ops.append(op)
         self._generation += 1
         found = self.history.get(op)
         if found is not None and (found.kind != kind or found.name != name):
@@ -540,6 +572,12 @@ class RunContext:
             # finished: a step its dead driver left running is not started again.
             self._deliver_pending(op, "call")
         return op, found
+
+    def skip_ops(self, ops: Sequence[int]) -> None:
+        """Hand the op ids ``ops`` (a replayed select's losers') to no operation."""
+        self.skipped_ops.update(op for op in ops if op >= self.next_op)
+        while self.next_op in self.skipped_ops:
+            self.next_op += 1
 
     def finish_check(self) -> None:
         """At the end of the workflow: every recorded operation must have been reached."""

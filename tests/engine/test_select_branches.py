@@ -1,0 +1,92 @@
+"""``wf.select`` / ``wf.first`` over helper coroutines and tasks: a branch takes its operation
+ids only once it runs, and a replay runs only the winner, so a loser's ids must not shift the
+ids of what comes after the select."""
+
+from __future__ import annotations
+
+import asyncio
+
+import wf
+from wf import Engine
+from wf.engine._replay_check import check_run
+from wf.testing import MockClock
+
+
+async def nap(seconds: float) -> None:
+    await wf.sleep(seconds)
+
+
+async def nap_in_task(seconds: float) -> None:
+    await asyncio.ensure_future(nap(seconds))  # its ops are taken by a task of its own
+
+
+@wf.step
+async def mark(name: str) -> str:
+    return name
+
+
+async def two_naps(seconds: float) -> str:
+    await wf.sleep(seconds)
+    await wf.sleep(seconds)
+    return await mark("two")
+
+
+@wf.workflow
+async def hook_or_nap(token: str, how: str) -> str:
+    hook = wf.create_hook(str, token=token)
+    if how == "coro":
+        got = await wf.first(hook.next(), nap(45))
+    elif how == "task":
+        got = await wf.first(hook.next(), nap_in_task(45))
+    else:
+        got = await wf.first(hook.next(), two_naps(200))
+    await wf.sleep(86400)  # suspend after the select: its resume replays the select
+    return f"{got} {await mark('after')}"
+
+
+async def _race_won_by_the_hook(wf_engine: Engine, mock_clock: MockClock, how: str) -> None:
+    mock_clock.autojump = False
+    run = await wf.start(hook_or_nap, f"tok-{how}", how)
+    # settle's timeout runs on the mock clock: short of the loser's next wake
+    assert (await run.settle(timeout=5)).status == wf.RunStatus.SUSPENDED
+    mock_clock.jump(250 if how == "two" else 10)  # "two" is in its second sleep by then
+    await wf.resume_hook(f"tok-{how}", "p")
+    assert (await run.settle(timeout=5)).status == wf.RunStatus.SUSPENDED
+    mock_clock.jump(86400)
+    assert await run.result(timeout=30) == "p after"
+    report = await check_run(wf_engine.store, run.id)
+    assert report.status == "ok", report.message
+
+
+async def test_a_losing_coroutine_branch_does_not_shift_later_op_ids(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await _race_won_by_the_hook(wf_engine, mock_clock, "coro")
+
+
+async def test_a_losing_branch_whose_ops_run_in_a_task_of_its_own(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await _race_won_by_the_hook(wf_engine, mock_clock, "task")
+
+
+async def test_a_losing_branch_that_got_past_its_first_operation(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await _race_won_by_the_hook(wf_engine, mock_clock, "two")
+
+
+@wf.workflow
+async def naps_race() -> str:
+    got = await wf.first(two_naps(50), nap(30))  # the loser has taken two ops by then
+    await wf.sleep(86400)
+    return f"{got} {await mark('after')}"
+
+
+async def test_a_winning_coroutine_beside_a_losing_one_replays_in_place(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    run = await wf.start(naps_race)
+    assert await run.result(timeout=30) == "None after"
+    report = await check_run(wf_engine.store, run.id)
+    assert report.status == "ok", report.message
