@@ -20,6 +20,10 @@ async def nap_in_task(seconds: float) -> None:
     await asyncio.ensure_future(nap(seconds))  # its ops are taken by a task of its own
 
 
+async def inner_race() -> None:
+    await wf.first(nap(45), nap(60))  # its decision's ops are the outer loser's too
+
+
 @wf.step
 async def mark(name: str) -> str:
     return name
@@ -38,6 +42,8 @@ async def hook_or_nap(token: str, how: str) -> str:
         got = await wf.first(hook.next(), nap(45))
     elif how == "task":
         got = await wf.first(hook.next(), nap_in_task(45))
+    elif how == "nested":
+        got = await wf.first(hook.next(), inner_race())
     else:
         got = await wf.first(hook.next(), two_naps(200))
     await wf.sleep(86400)  # suspend after the select: its resume replays the select
@@ -74,6 +80,12 @@ async def test_a_losing_branch_that_got_past_its_first_operation(
     wf_engine: Engine, mock_clock: MockClock
 ) -> None:
     await _race_won_by_the_hook(wf_engine, mock_clock, "two")
+
+
+async def test_a_losing_branch_with_a_select_of_its_own(
+    wf_engine: Engine, mock_clock: MockClock
+) -> None:
+    await _race_won_by_the_hook(wf_engine, mock_clock, "nested")
 
 
 @wf.workflow
