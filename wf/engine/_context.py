@@ -536,8 +536,9 @@ class RunContext:
             raise Suspending()
         if self.divergence is not None:
             raise self.divergence
-        branches = [branch for branch in select_branches.get() if branch.run is self]
-        if any(branch.lost for branch in branches):
+        selecting = select_branches.get()  # empty but inside a select's helper coroutine
+        branches = [branch for branch in selecting if branch.run is self] if selecting else ()
+        if branches and any(branch.lost for branch in branches):
             # A lost branch the decision is cancelling: an id taken now would be one the
             # decision did not journal as lost, and a replay would hand it to the next op.
             raise asyncio.CancelledError()
