@@ -120,7 +120,14 @@ async def test_a_retry_gets_a_reply_recorded_before_the_limit_as_recorded(
 
 @pytest.mark.parametrize(
     "reply",
-    ["not json", "[1]", '{"headers": [1]}', '{"status": "ok"}', '{"kind": "base64", "body": 1}'],
+    [
+        "not json",
+        "[1]",
+        '{"headers": [1]}',
+        '{"status": "ok"}',
+        '{"kind": "base64", "body": 1}',
+        pytest.param("[" * 100_000, id="nested-too-deep"),
+    ],
 )
 async def test_a_first_chunk_that_is_no_reply_is_502_in_one_line(
     api: Api, caplog: pytest.LogCaptureFixture, reply: str

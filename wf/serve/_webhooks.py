@@ -181,7 +181,8 @@ def _recorded_reply(chunk: bytes) -> Response:
         if not isinstance(reply, dict):
             raise TypeError(f"a JSON {type(reply).__name__}, not an object")
         return reply_response(reply)
-    except (ValueError, TypeError, AttributeError) as exc:  # binascii.Error is a ValueError
+    # binascii.Error is a ValueError; RecursionError: a chunk nested too deep to parse.
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
         why = f"{type(exc).__name__}: {exc}".splitlines()[0]
         log.warning("a webhook reply cannot be sent: the run's reply is no reply: %s", why)
         return error_response(502, "bad_reply", f"the run's reply cannot be sent: {why}")
