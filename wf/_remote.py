@@ -938,9 +938,9 @@ class RemoteRun(Run[Any]):
         error.cut = True
         try:
             detail = await self.client.call("GET", self._path(), params=_NO_EVENTS)
-        except ServerUnavailable:
-            if cut is None:
-                raise
+        except ServerUnavailable as exc:
+            if cut is None or not getattr(exc, "unreached", False):
+                raise  # not an outage (a timeout, no wf server, one waited out): its own error
             raise error from None  # the server went away meanwhile: a cut, read on
         with self.client.reading("GET /runs/{id}"):
             info = (detail.get("stream_info") or {}).get(name) or {}
