@@ -3281,3 +3281,41 @@ async def test_deleting_a_run_deletes_its_step_logs(schema: str) -> None:
             assert await cur.fetchone() == (0,)
     finally:
         await store.close()
+
+
+async def test_a_lock_attempt_cancelled_after_its_grant_gives_the_lock_back(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``try_lock``'s own task is cancelled after the server granted the lock, before its
+    answer was taken in (as ``asyncio.run`` cancels every task when it ends): the lock is
+    given back, so that another process takes it."""
+    from wf.store.postgres._locks import Locks
+
+    store, peer = make(schema), make(schema)
+    try:
+        locks, theirs = (await store._ready()).locks, (await peer._ready()).locks
+        real = Locks._try
+        granted = asyncio.Event()
+
+        async def granted_then_slow(self: Locks, key: int) -> int | None:
+            generation = await real(self, key)
+            granted.set()
+            await asyncio.sleep(30)  # the answer not taken in yet
+            return generation
+
+        monkeypatch.setattr(Locks, "_try", granted_then_slow)
+        taking = asyncio.create_task(locks.try_lock("wrun-x", 42))
+        async with asyncio.timeout(10):
+            await granted.wait()
+        [attempt] = [t for t in asyncio.all_tasks() if "granted_then_slow" in repr(t)]
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+        attempt.cancel()
+        monkeypatch.undo()
+        async with asyncio.timeout(10):
+            while await theirs.try_lock("wrun-x", 42) is None:
+                await asyncio.sleep(0.01)
+    finally:
+        await store.close()
+        await peer.close()

@@ -379,12 +379,20 @@ class Locks:
                 self._reserved.discard(name)
 
     def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:
-        if attempt.cancelled() or attempt.exception() is not None or attempt.result() is None:
+        """A lock attempt whose caller was cancelled has ended: give back what it was granted.
+        Its own task cancelled does not say whether the server granted the lock: it is given
+        back then too (the name is reserved, so no lease of this session holds it; an unlock
+        of a lock the session does not hold changes nothing)."""
+        if attempt.cancelled():
+            generation: int | None = self.generation
+        elif attempt.exception() is not None:
+            generation = None
+        else:
+            generation = attempt.result()
+        if generation is None:
             self._reserved.discard(run_id)
             return
         self._held[run_id] = key
-        generation = attempt.result()
-        assert generation is not None
         asyncio.get_running_loop().create_task(self.unlock(run_id, generation))
 
     async def unlock(self, run_id: str, generation: int) -> None:
