@@ -189,3 +189,34 @@ async def test_a_restart_while_reading_an_incomplete_stream_reads_on_to_its_end(
     marks = b"".join(got).count(b"|")
     assert marks == 2 * count  # every chunk, once
     assert len(_starts(proxy, run_id)) == 2, proxy.log
+
+
+@pytest.mark.parametrize("whole", [True, False])
+async def test_a_body_cut_at_the_same_byte_every_time_is_given_up(
+    monkeypatch: pytest.MonkeyPatch, whole: bool
+) -> None:
+    """A chunk cut off at the same byte on every read (a proxy's size limit, say): each read
+    answers, none gets further, and the follow gives up once ``RIDE_OUT`` passes without
+    progress instead of reading forever."""
+    monkeypatch.setattr(wf._remote, "RIDE_OUT", 0.3)
+    monkeypatch.setattr(wf._remote, "RIDE_OUT_RETRY", (0.01, 0.05))
+    monkeypatch.setattr(wf._remote, "say_outage", lambda line: None)
+    reads = 0
+
+    async def cut(self: RemoteRun, *a: Any, **k: Any) -> AsyncIterator[tuple[bytes, Any]]:
+        nonlocal reads
+        reads += 1
+        yield b"the first half", False  # the chunk goes on, but the body ends here
+        error = ServerUnavailable("the wf server ended the stream early")
+        error.unreached = error.cut = True
+        raise error
+
+    monkeypatch.setattr(RemoteRun, "stream_parts", cut)
+    admin = HttpAdmin(RemoteClient("http://127.0.0.1:9", timeout=5))
+    got: list[bytes] = []
+    with pytest.raises(ServerUnavailable):
+        async with asyncio.timeout(10):
+            async for chunk in admin.follow_stream("wrun-cut", follow=True, whole=whole):
+                got.append(chunk)
+    assert got == ([] if whole else [b"the first half"])  # given once, then nothing new
+    assert reads > 2

@@ -337,8 +337,9 @@ class HttpAdmin:
                     name, start if at is None else at, follow=follow, on_start=first
                 )
                 async for part, ends in parts:
-                    outage.answered()
-                    reached = given = True
+                    # An outage ends with progress, not with an answer: a body cut at the
+                    # same byte every time (a proxy's size limit) must not be read forever.
+                    reached = True
                     if ends is None:  # pieces, whose count says nothing of the chunks
                         at = None if start < 0 else start
                         if len(part) <= skip:
@@ -346,6 +347,8 @@ class HttpAdmin:
                             continue
                         part, skip = part[skip:], 0
                         received += len(part)
+                        outage.answered()
+                        given = True
                         yield part
                         continue
                     if whole:
@@ -353,6 +356,8 @@ class HttpAdmin:
                         if chunk is None:
                             continue
                         at = None if at is None else at + 1
+                        outage.answered()
+                        given = True
                         yield chunk
                         continue
                     before, seen = seen, seen + len(part)
@@ -361,6 +366,8 @@ class HttpAdmin:
                     if ends:
                         at, into, seen = None if at is None else at + 1, 0, 0
                     if fresh:
+                        outage.answered()
+                        given = True
                         yield fresh
                 outage.answered()
                 return
