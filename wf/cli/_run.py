@@ -445,7 +445,6 @@ async def _run_remote(
     (``wf._remote.RIDE_OUT``)."""
     from wf._exceptions import ServerUnavailable
     from wf.admin import connect
-    from wf.cli._control import say_who_drives
 
     async with connect() as client:
         rid = await client.start(target, data, run_id=run_id, options=options)
@@ -460,12 +459,12 @@ async def _run_remote(
                 if not quiet:
                     await _say_queued_remote(client, rid)
             return EXIT_OK
-        await say_who_drives(client, rid)
         interrupted = asyncio.Event()
-        waiting = asyncio.ensure_future(client.ended(rid, hooks_only=not keep_waiting))
+        waiting = asyncio.ensure_future(_say_then_wait(client, rid, keep_waiting))
         stopper = asyncio.ensure_future(interrupted.wait())
         try:
-            # SIGTERM (a container's stop, `timeout`) as Ctrl-C: stop following, say so.
+            # SIGTERM (a container's stop, `timeout`) as Ctrl-C: stop following, say so; from
+            # the moment the run exists on the server, the line saying who drives it included.
             with _catch_sigint(interrupted, signals=(signal.SIGINT, signal.SIGTERM)):
                 await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -646,3 +645,11 @@ async def _interrupted(client: LocalAdmin, run_id: str) -> NoReturn:
         await _within(client.store.close(), EXIT_STEP)
     sys.stdout.flush()
     os._exit(EXIT_INTERRUPTED)
+
+
+async def _say_then_wait(client: Any, rid: str, keep_waiting: bool) -> Any:
+    """Say who drives the run ``rid`` on the server, then wait for its end (``client.ended``)."""
+    from wf.cli._control import say_who_drives
+
+    await say_who_drives(client, rid)
+    return await client.ended(rid, hooks_only=not keep_waiting)
