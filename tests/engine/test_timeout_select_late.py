@@ -7,18 +7,8 @@ from __future__ import annotations
 import pytest
 
 import wf
+from tests.engine.test_compose import block_races_a_hook as races
 from wf.testing import MockClock
-
-
-@wf.workflow
-async def races(token: str, seconds: float) -> str:
-    hook = wf.create_hook(str, token=token)
-    try:
-        async with wf.timeout(60):
-            got = await wf.first(hook.next(), wf.sleep(seconds))
-        return f"in time ({got})"
-    except TimeoutError:
-        return "timed out"
 
 
 @pytest.mark.parametrize(

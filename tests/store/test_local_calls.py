@@ -72,6 +72,21 @@ class Noted:
         return Counter({call: n for (call, p), n in self.calls.items() if p == path})
 
 
+async def claimed_elsewhere(root: Path, monkeypatch: pytest.MonkeyPatch, run_id: str) -> Noted:
+    """The calls a claim of ``run_id`` made in another store instance (a worker that created
+    none of the runs), its lease given back."""
+    other = LocalStore(root)
+    try:
+        with Noted(monkeypatch) as noted:
+            leases = await other.claim(time.time() + 1, 1)
+        assert [lease.run_id for lease in leases] == [run_id]
+        for lease in leases:
+            await lease.release()
+    finally:
+        await other.close()
+    return noted
+
+
 async def test_a_claimed_run_s_journal_is_looked_at_once_under_its_lock(
     local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -80,16 +95,8 @@ async def test_a_claimed_run_s_journal_is_looked_at_once_under_its_lock(
     one the repair of the journal's end starts from (only the lock's holder appends)."""
     run = await created(local)
     journal = os.path.join(local.run_dir(run.id), "journal.jsonl")
-    other = LocalStore(root)  # another worker: it created none of the runs
-    try:
-        with Noted(monkeypatch) as noted:
-            leases = await other.claim(time.time() + 1, 1)
-        assert [lease.run_id for lease in leases] == [run.id]
-        assert noted.on(journal)["fstat"] == 1
-        for lease in leases:
-            await lease.release()
-    finally:
-        await other.close()
+    noted = await claimed_elsewhere(root, monkeypatch, run.id)
+    assert noted.on(journal)["fstat"] == 1
 
 
 async def test_a_claimed_run_s_index_entry_is_looked_at_once(
@@ -100,21 +107,13 @@ async def test_a_claimed_run_s_index_entry_is_looked_at_once(
     no entry under an ended status is looked for (a journal that lost its outcome is still
     found: its entry is then under an ended status, ``test_local_verify``)."""
     run = await created(local)
-    other = LocalStore(root)  # another worker: it created none of the runs
-    try:
-        with Noted(monkeypatch) as noted:
-            leases = await other.claim(time.time() + 1, 1)
-        assert [lease.run_id for lease in leases] == [run.id]
-        index = os.path.join(root, "index") + os.sep
-        looks = [(call, path) for (call, path), n in noted.calls.items() for _ in range(n)]
-        assert [path for _call, path in looks if path.startswith(index)] == [
-            os.path.join(other.index.leaf(run.seq), name)
-            for name in os.listdir(other.index.leaf(run.seq))
-        ]
-        for lease in leases:
-            await lease.release()
-    finally:
-        await other.close()
+    noted = await claimed_elsewhere(root, monkeypatch, run.id)
+    index = os.path.join(root, "index") + os.sep
+    looks = [(call, path) for (call, path), n in noted.calls.items() for _ in range(n)]
+    leaf = local.index.leaf(run.seq)
+    assert [path for _call, path in looks if path.startswith(index)] == [
+        os.path.join(leaf, name) for name in os.listdir(leaf)
+    ]
 
 
 async def test_a_save_that_keeps_the_run_due_now_makes_no_queue_entry(
