@@ -507,6 +507,12 @@ class LocalStore(Store):
             return False  # another process created it first (our names are taken back)
         owed, journal, events = published
         taken: LocalLease | None = None
+        # The run's count: bumped while its flush runs in the thread (``meanwhile``), not
+        # between that flush and the next creation, when the disk has nothing to do; else
+        # after the flush. A cache (``_counts``), so no flush waits for it; taken back if the
+        # flush fails, and its own failure is the creation's once the flush is done, as when
+        # it was bumped after it.
+        count: list[BaseException | None] = []
         if owed:
             try:
                 committer = committer_for(asyncio.get_running_loop())
@@ -517,16 +523,19 @@ class LocalStore(Store):
                     # name in ``runs/``: both owed to a flush that goes file by file.
                     moved = [run_dir + p[len(staging) :] if _under(p, staging) else p for p in owed]
 
-                    def take_lease() -> None:
+                    def meanwhile() -> None:
                         nonlocal taken
-                        taken = self._lease_created(record.id, journal, committer)
+                        try:
+                            self.counters.bump(record.status.value)
+                        except BaseException as error:  # ``meanwhile`` must not raise
+                            count.append(error)
+                        else:
+                            count.append(None)
+                        if lease:
+                            taken = self._lease_created(record.id, journal, committer)
 
                     await committer.sync_file_system(
-                        self.root,
-                        self._device,
-                        since,
-                        [*moved, self.runs],
-                        take_lease if lease else None,
+                        self.root, self._device, since, [*moved, self.runs], meanwhile
                     )
             except BaseException:
                 # Not durable, maybe never will be: unpublish rather than leave a run whose
@@ -538,15 +547,20 @@ class LocalStore(Store):
                 try:
                     os.rename(run_dir, staging)
                 except OSError:
-                    pass
+                    pass  # the run stays, counted
                 else:
                     self._take_back(record)
+                    if count == [None]:
+                        with contextlib.suppress(StoreError):
+                            self.counters.bump(record.status.value, out=True)
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
         else:
             _fsops.fsync_dir(self.runs)
         try:
-            self._after_creation(record, journal, taken is None)
+            if count and count[0] is not None:
+                raise count[0]
+            self._after_creation(record, journal, taken is None, counted=bool(count))
         except BaseException:
             # The run is created and durable, but its creator is told it failed and will not
             # take the lease taken for it: let go, or no driver could ever take the run.
@@ -580,11 +594,17 @@ class LocalStore(Store):
             return False  # a damaged locator of the id: the same as a link above
 
     def _after_creation(
-        self, record: RunRecord, journal: tuple[int, bytes | None], first_lease: bool
+        self,
+        record: RunRecord,
+        journal: tuple[int, bytes | None],
+        first_lease: bool,
+        *,
+        counted: bool = False,
     ) -> None:
-        """What follows a durable creation: the creation log's checkpoint, the counters, and
-        the caches and wake-ups of this process (``first_lease``: keep the journal read for the
-        run's first lease, wherever taken: ``_acquire_once``)."""
+        """What follows a durable creation: the creation log's checkpoint, the counters
+        (unless ``counted`` while its flush ran), and the caches and wake-ups of this process
+        (``first_lease``: keep the journal read for the run's first lease, wherever taken:
+        ``_acquire_once``)."""
         if self.log is not None and self.log.idle() and self.log.size() > LIMIT:
             # After the creation is durable (its line), and no part of it: a checkpoint that
             # fails keeps the log for later, and the run stays created.
@@ -592,7 +612,8 @@ class LocalStore(Store):
                 self.checkpoint()
             except StoreError as error:
                 log.warning("creation log %s kept: %s", self.log.path, error)
-        self.counters.bump(record.status.value)
+        if not counted:
+            self.counters.bump(record.status.value)
         if len(self._created) > 4096:
             self._created.clear()
         if first_lease:
