@@ -78,6 +78,7 @@ class LocalLease(Lease):
         has_file: bool | None = None,
         listed: str | None = None,
         created: RunRecord | None = None,
+        run_dir: str | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for writing and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -98,8 +99,9 @@ class LocalLease(Lease):
         whether that read found a ``run.json`` (None: look). ``listed``: a queue entry of the
         run's that the caller found there with the lock held (a claim's), so it is not made
         again. ``created``: the record the journal's first event carries, if the caller made
-        it from ``journal`` (``created_record``): not parsed again for the first save."""
-        self._dir = store.run_dir(run_id)
+        it from ``journal`` (``created_record``): not parsed again for the first save.
+        ``run_dir``: the run's directory, if the caller has it (its id validated)."""
+        self._dir = store.run_dir(run_id) if run_dir is None else run_dir
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
         """The journal's events, parsed from ``known``, until ``read_run`` hands them out."""

@@ -1299,6 +1299,7 @@ class LocalStore(Store):
                         settle=settle,
                         known=known,
                         device=info.st_dev,
+                        run_dir=run_dir,
                         committer=committer,
                     )
                 created_size: int | None = size
@@ -1319,6 +1320,7 @@ class LocalStore(Store):
                     has_file=has_file,
                     listed=entry,
                     device=info.st_dev,
+                    run_dir=run_dir,
                     committer=committer,
                 )
             # Read whole once, under the lock: the record is rebuilt from the journal's ends when
@@ -1342,6 +1344,7 @@ class LocalStore(Store):
                 created_size,
                 settle=settle,
                 device=info.st_dev,
+                run_dir=run_dir,
                 journal=(events, size, length),
                 rebuilt=rebuilt,
                 has_file=has_file,
