@@ -21,7 +21,7 @@ from wf import RunNotFound
 from wf.engine._current import use_engine
 from wf.engine._engine import Engine
 from wf.store import RunStatus
-from wf.store.local import LocalStore, _fsops
+from wf.store.local import LocalStore, _fsops, _store
 
 
 class Noted:
@@ -159,9 +159,39 @@ async def test_a_read_of_a_run_looks_at_its_journal_once(
     journal = os.path.join(run_dir, "journal.jsonl")
     with Noted(monkeypatch) as noted:
         assert (await local.get_run(run.id)).id == run.id
-    # The fingerprint a later ``wait_for_run`` starts from opens it once more, to read how far
-    # it is written from the length its directory listing's stat gave.
-    assert noted.on(journal) == Counter({"stat": 1, "open": 2, "fstat": 1})
+    # The fingerprint a later ``wait_for_run`` starts from takes how far it is written from
+    # that read (its listing's look made before it), not from another read of its tail.
+    assert noted.on(journal) == Counter({"stat": 1, "open": 1, "fstat": 1})
+
+
+async def test_a_read_of_a_run_misses_no_append_made_after_it(
+    local: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fingerprint ``get_run`` leaves for the next ``wait_for_run`` has the journal's
+    written length as the read found it: an append made after the read (into the slack: the
+    file's length stays) wakes that wait; one made between the look and the read, which the
+    record has already, wakes it too (the journal's mtime), never the other way round."""
+    run = await created(local)
+    lease = await local.try_acquire(run.id)
+    assert lease is not None
+    try:
+        await local.get_run(run.id)
+        await lease.append([{"type": "step_completed", "ts": 2.0, "op": 1}])
+        await asyncio.wait_for(local.wait_for_run(run.id, 30.0), 10.0)
+
+        look = _store._look
+
+        def appended_meanwhile(run_dir: str) -> list[tuple[str, int, int, int]]:
+            seen = look(run_dir)
+            lease.append_soon([{"type": "step_completed", "ts": 3.0, "op": 2}])
+            return seen
+
+        monkeypatch.setattr(_store, "_look", appended_meanwhile)
+        await local.get_run(run.id)
+        monkeypatch.undo()
+        await asyncio.wait_for(local.wait_for_run(run.id, 30.0), 10.0)
+    finally:
+        await lease.release()
 
 
 async def test_a_run_deleted_between_the_look_and_the_read_is_not_found(
@@ -172,13 +202,14 @@ async def test_a_run_deleted_between_the_look_and_the_read_is_not_found(
     damage."""
     run = await created(local)
     run_dir = local.run_dir(run.id)
-    remember = LocalStore._remember
+    look = _store._look
 
-    def deleted_meanwhile(self: LocalStore, run_id: str, found_dir: str) -> None:
-        remember(self, run_id, found_dir)
+    def deleted_meanwhile(found_dir: str) -> list[tuple[str, int, int, int]]:
+        seen = look(found_dir)
         shutil.rmtree(found_dir)
+        return seen
 
-    monkeypatch.setattr(LocalStore, "_remember", deleted_meanwhile)
+    monkeypatch.setattr(_store, "_look", deleted_meanwhile)
     with pytest.raises(RunNotFound):
         await local.get_run(run.id)
     assert not os.path.exists(run_dir)

@@ -29,6 +29,7 @@ the slack is a torn last line to them, which its lease holder cuts off before ap
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Collection, Sequence
 
 import orjson
@@ -188,18 +189,37 @@ def written_length(path: str, size: int | None = None) -> int:
     except OSError:
         return 0
     try:
-        end = os.fstat(fd).st_size if size is None else size
-        while end > 0:
-            start = max(0, end - SLACK_BLOCK)
-            kept = len(_strip_nul(os.pread(fd, end - start, start)))
-            if kept:
-                return start + kept
-            end = start
-        return 0
+        return _written_of(fd, os.fstat(fd).st_size if size is None else size)
     except OSError:
         return 0
     finally:
         os.close(fd)
+
+
+def _written_of(fd: int, end: int) -> int:
+    """``written_length`` of the journal open as ``fd``, looking back from ``end``."""
+    while end > 0:
+        start = max(0, end - SLACK_BLOCK)
+        kept = len(_strip_nul(os.pread(fd, end - start, start)))
+        if kept:
+            return start + kept
+        end = start
+    return 0
+
+
+_ends_read = threading.local()
+"""Per thread, the journal ``read_ends`` read last and how far it was written then (its
+``written_length``): ``last_written`` hands it out once."""
+
+
+def last_written(path: str) -> int | None:
+    """How far the journal at ``path`` was written when this thread's last ``read_ends`` read
+    it (``written_length`` as of that read), if that read was of ``path``; forgotten after
+    this call. A caller that looked at the run's files before that read takes it instead of
+    reading the journal's tail once more (``LocalStore.get_run``)."""
+    last = getattr(_ends_read, "last", None)
+    _ends_read.last = None
+    return last[1] if last is not None and last[0] == path else None
 
 
 def read(path: str) -> list[Event]:
@@ -222,6 +242,12 @@ def read_ends(path: str, *, allow: Collection[int] = ()) -> list[Event]:
         tail_start = max(0, size - _TAIL_BLOCK)
         tail = head if tail_start == 0 else _fsops.pread(fd, size - tail_start, tail_start, path)
         tail = _strip_nul(tail)
+        try:
+            written = tail_start + len(tail) if tail else _written_of(fd, tail_start)
+        except OSError:
+            _ends_read.last = None
+        else:
+            _ends_read.last = (path, written)
         last_end = tail.rfind(b"\n") + 1
         last_start = tail.rfind(b"\n", 0, max(0, last_end - 1)) + 1
         if (

@@ -807,13 +807,34 @@ class LocalStore(Store):
     async def get_run(self, run_id: str) -> RunRecord:
         """The run's exact record (large values loaded back from their blobs)."""
         found = self._find(run_id)
-        self._remember(run_id, found[0])
-        return self._read(
-            run_id,
-            lambda run_dir: _records.load(run_dir, run_id, found=True),
-            lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir), run_id),
-            found,
-        )
+        run_dir = found[0]
+        look = _look(run_dir)  # *before* the read, so a change racing the read still shows
+        if found[1] is not None or any(name == RUN_FILE for name, *_ in look):
+            self._remember_look(run_id, run_dir, look)
+            return self._read(
+                run_id,
+                lambda run_dir: _records.load(run_dir, run_id, found=True),
+                lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir), run_id),
+                found,
+            )
+        # No ``run.json`` (most runs): the record is rebuilt from the journal's ends, and how
+        # far that read found the journal written is the fingerprint's (a result() of an ended
+        # run read its tail twice). That read is no older than the look: a change made since
+        # the read still shows, one made between the look and the read shows too (its mtime)
+        # though the record has it already. Any other read (a ``run.json`` made meanwhile,
+        # which shows by itself) leaves the tail to be read after it, as before.
+        journal = run_dir + os.sep + JOURNAL_FILE
+        _journal.last_written(journal)  # what an earlier read left is not this one's
+        try:
+            return self._read(
+                run_id,
+                lambda run_dir: _records.load(run_dir, run_id, found=True),
+                lambda packed, run_dir: RunRecord.from_json(packed.raw(run_dir), run_id),
+                found,
+            )
+        finally:
+            written = _journal.last_written(journal)
+            self._remember_look(run_id, run_dir, look, written)
 
     async def list_runs(
         self,
@@ -1929,9 +1950,19 @@ class LocalStore(Store):
 
     def _remember(self, run_id: str, run_dir: str) -> None:
         # Taken *before* the read it accompanies, so a change racing the read still shows.
+        self._remember_look(run_id, run_dir, _look(run_dir))
+
+    def _remember_look(
+        self,
+        run_id: str,
+        run_dir: str,
+        look: list[tuple[str, int, int, int]],
+        written: int | None = None,
+    ) -> None:
+        """Keep the fingerprint of ``look`` (``_fingerprint_of``) for the run's next wait."""
         if len(self._seen) > 4096:
             self._seen.clear()
-        self._seen[run_id] = _fingerprint(run_dir)
+        self._seen[run_id] = _fingerprint_of(look, run_dir, written)
 
     # -- hooks -----------------------------------------------------------------------------
 
@@ -2377,6 +2408,12 @@ def _still_there(fd: int, path: str, held: os.stat_result | None = None) -> os.s
 def _fingerprint(run_dir: str) -> _Fingerprint:
     """Name, inode, size (the journal's: how far it is written) and mtime of each file of the
     run and its inbox: any write changes one of them."""
+    return _fingerprint_of(_look(run_dir), run_dir)
+
+
+def _look(run_dir: str) -> list[tuple[str, int, int, int]]:
+    """``_fingerprint``'s look at the run's files, the journal's size as its length (not yet
+    how far it is written)."""
     out = []
     inbox = False
     for directory, prefix in ((run_dir, ""), (os.path.join(run_dir, INBOX_DIR), "inbox/")):
@@ -2395,14 +2432,26 @@ def _fingerprint(run_dir: str) -> _Fingerprint:
                         continue
                     with contextlib.suppress(FileNotFoundError):
                         st = entry.stat(follow_symlinks=False)
-                        size = st.st_size
-                        if entry.name == JOURNAL_FILE and not prefix:
-                            # An append into the slack keeps the size, and a coarse clock may
-                            # keep the mtime: how far it is written changes.
-                            size = _journal.written_length(entry.path, size)
-                        out.append((prefix + entry.name, st.st_ino, size, st.st_mtime_ns))
+                        out.append((prefix + entry.name, st.st_ino, st.st_size, st.st_mtime_ns))
         except FileNotFoundError:
             pass
+    return out
+
+
+def _fingerprint_of(
+    look: list[tuple[str, int, int, int]], run_dir: str, written: int | None = None
+) -> _Fingerprint:
+    """The fingerprint of ``_look``'s look at ``run_dir``; ``written``: how far the journal
+    is written, if the caller knows it (else its tail is read now)."""
+    out = []
+    for name, ino, size, mtime in look:
+        if name == JOURNAL_FILE:
+            # An append into the slack keeps the size, and a coarse clock may keep the mtime:
+            # how far it is written changes.
+            if written is None:
+                written = _journal.written_length(run_dir + os.sep + JOURNAL_FILE, size)
+            size = written
+        out.append((name, ino, size, mtime))
     out.sort()
     return tuple(out)
 
