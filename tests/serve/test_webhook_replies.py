@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -126,6 +127,12 @@ async def test_a_retry_gets_a_reply_recorded_before_the_limit_as_recorded(
         '{"headers": [1]}',
         '{"status": "ok"}',
         '{"kind": "base64", "body": 1}',
+        # Not strict base64 (it was sent as the bytes left once the rest was dropped, an
+        # empty 200 for the first): stray characters, a line break, no text at all.
+        pytest.param('{"kind": "base64", "body": "!!!!"}', id="base64-stray-only"),
+        pytest.param('{"kind": "base64", "body": "aGk=*"}', id="base64-stray"),
+        pytest.param('{"kind": "base64", "body": "aGVs\\nbG8="}', id="base64-newline"),
+        pytest.param('{"kind": "base64", "body": null}', id="base64-null"),
         pytest.param("[" * 100_000, id="nested-too-deep"),
     ],
 )
@@ -148,3 +155,15 @@ async def test_a_first_chunk_that_is_no_reply_is_502_in_one_line(
         assert len(said) == 1 and said[0].exc_info is None, (attempt, said)
         assert "\n" not in said[0].getMessage()
         await api.result(run_id)
+
+
+def test_a_base64_reply_is_sent_as_its_bytes() -> None:
+    """What ``request.respond(status, b"...")`` records (``base64.b64encode``: no line
+    breaks) is sent as the bytes it encodes."""
+    from wf.serve._webhooks import reply_response
+
+    body = bytes(range(256))
+    reply = {"status": 200, "kind": "base64", "body": base64.b64encode(body).decode()}
+    response = reply_response({**reply, "headers": {}})
+    assert (response.status_code, response.body) == (200, body)
+    assert response.headers["content-type"] == "application/octet-stream"

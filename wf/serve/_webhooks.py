@@ -89,14 +89,34 @@ def reply_response(reply: dict[str, Any]) -> Response:
         headers.setdefault("content-type", "text/plain; charset=utf-8")
         return _Reply(str(body), status_code=status, headers=headers)
     if kind == "base64":
+        try:
+            data = _base64_body(body)
+        except ValueError as exc:
+            log.warning("a webhook reply cannot be sent: %s", exc)
+            return error_response(502, "bad_reply", f"the run's reply cannot be sent: {exc}")
         headers.setdefault("content-type", "application/octet-stream")
-        return _Reply(base64.b64decode(str(body)), status_code=status, headers=headers)
+        return _Reply(data, status_code=status, headers=headers)
     if kind == "json" and isinstance(body, str) and "kind" in reply:
         content = body.encode()  # written by the run: already JSON text
     else:
         content = json.dumps(body).encode()
     headers.setdefault("content-type", "application/json")
     return _Reply(content, status_code=status, headers=headers)
+
+
+def _base64_body(body: Any) -> bytes:
+    """The bytes of a reply's base64 body, decoded strictly: ``ValueError`` for anything but
+    standard base64 text. Lenient decoding dropped what is not of the alphabet, so a body
+    of stray characters was sent as an empty 200. No whitespace either, line breaks
+    included: ``request.respond`` records ``base64.b64encode``'s, which has none, so any is
+    a chunk the run wrote itself, and which of its characters count is not for the server
+    to guess."""
+    if not isinstance(body, str):
+        raise ValueError(f"its base64 body is a {type(body).__name__}, not text")
+    try:
+        return base64.b64decode(body, validate=True)
+    except ValueError as exc:  # binascii.Error; a non-ASCII str too
+        raise ValueError(f"its base64 body is not base64: {exc}") from None
 
 
 async def webhook(request: Request) -> Response:
