@@ -259,6 +259,56 @@ async def test_follow_stream_reads_to_the_end_and_from_the_end(wf_engine: Engine
         [c async for c in admin.follow_stream(wf_engine.store, "wrun_00000000000000000000000000")]
 
 
+LATE = asyncio.Event()
+"""What ``write_late`` waits for before it opens its stream."""
+
+
+@wf.step
+async def write_late(count: int) -> None:
+    await LATE.wait()
+    async with wf.stream_writer() as writer:
+        for i in range(count):
+            await writer.write(f"late {i}\n".encode())
+
+
+@wf.workflow
+async def streaming_late(count: int) -> None:
+    await write_late(count)
+
+
+class _OpensWhileWaited(MemoryStore):
+    """A store whose first ``wait_for_run`` (a reader waiting for a stream not open yet)
+    lets the run open its stream and write three chunks before the reader looks again."""
+
+    async def wait_for_run(self, run_id: str, timeout: float) -> None:
+        if not LATE.is_set():
+            LATE.set()
+            while (await self.stream_info(run_id, "default"))[0] < 3:
+                await asyncio.sleep(0.01)
+        await super().wait_for_run(run_id, timeout)
+
+
+@pytest.mark.parametrize("reader", ["follow_stream", "read_stream"])
+async def test_a_start_from_the_end_of_a_stream_not_open_yet_is_its_first_chunk(
+    reader: str,
+) -> None:
+    """cli.md: ``--start -1`` is the last chunk there is when the follow starts: none, for a
+    stream not open yet, so every chunk written after (it was the last of those the stream had
+    once it was open); ``run.read_stream(start=-1)`` likewise."""
+    from wf.engine._current import use_engine
+
+    LATE.clear()
+    async with wf.Engine(_OpensWhileWaited()) as engine:
+        with use_engine(engine):
+            run = await wf.start(streaming_late, 3)
+            if reader == "follow_stream":
+                chunks = [c async for c in admin.follow_stream(engine.store, run.id, start=-1)]
+            else:
+                chunks = [c async for c in run.read_stream(start=-1)]
+            await run.result()
+    assert chunks == [f"late {i}\n".encode() for i in range(3)]
+
+
 def test_store_info_names_the_kind_and_hides_passwords() -> None:
     from wf.store.memory import MemoryStore
 

@@ -22,6 +22,7 @@ class CuttingProxy:
         self.conns: set[asyncio.StreamWriter] = set()
         self.trigger: tuple[str, float] | None = None
         self.log: list[str] = []
+        self.answered: list[str] = []  # the requests whose response head reached the client
         self.tasks: set[asyncio.Task[None]] = set()
         self.client = httpx.AsyncClient(base_url=upstream, timeout=None)
 
@@ -90,6 +91,8 @@ class CuttingProxy:
                         out.append(f"{key}: {value}")
                 out.append("transfer-encoding: chunked")
                 writer.write(("\r\n".join(out) + "\r\n\r\n").encode())
+                await writer.drain()
+                self.answered.append(f"{method} {target}")
                 async for chunk in response.aiter_raw():
                     if chunk:
                         writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))

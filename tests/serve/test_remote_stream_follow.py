@@ -35,6 +35,13 @@ async def proxy(live: Api, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Cut
         await front.close()
 
 
+async def _answered(proxy: CuttingProxy, run_id: str) -> None:
+    """Return once the head of the answer to a stream request of the run reached the client:
+    a server it reached, whose restart a follow rides out."""
+    while not any(f"/runs/{run_id}/streams/" in line for line in proxy.answered):
+        await asyncio.sleep(0.01)
+
+
 def _starts(proxy: CuttingProxy, run_id: str) -> list[str]:
     """The ``start`` of each stream request the proxy forwarded."""
     asked = [line.split(" ")[1] for line in proxy.log if f"/runs/{run_id}/streams/" in line]
@@ -114,20 +121,18 @@ async def test_a_follow_that_received_nothing_yet_rides_out_a_restart(
     live: Api, proxy: CuttingProxy, start: int
 ) -> None:
     """``wf stream -f`` started before the step's first write (or a ``start`` from the end of
-    a stream not written yet): a restart before any chunk came asks again from ``start``."""
+    a stream not written yet): a restart before any chunk came asks again from ``start`` (from
+    the end: from the first chunk, which the server said it is)."""
     token = f"none{start}"
     gate = flows.STREAM_GATE[token] = asyncio.Event()
-    # From the end of a stream not written yet: its last chunk when asked again (one chunk,
-    # so that it is known which).
-    then = ["b0", "b1"] if start >= 0 else ["b0"]
+    then = ["b0", "b1"]
     run_id = await live.start("gated_stream", {"token": token, "first": [], "then": then})
     admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
     got: list[bytes] = []
 
     async def restart_once_asked() -> None:
-        while not _starts(proxy, run_id):  # the follow's request reached the server
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # its answer's head came back: the body is waited for
+        await _answered(proxy, run_id)
+        await asyncio.sleep(0.05)  # the client took that head: the body is waited for
         await proxy.bounce(0.2)
         gate.set()
 
@@ -139,7 +144,42 @@ async def test_a_follow_that_received_nothing_yet_rides_out_a_restart(
     finally:
         await restart
     assert got == [c.encode() for c in then]
-    assert _starts(proxy, run_id)[:2] == [str(start)] * 2, proxy.log  # asked again
+    # Asked again from ``start``, or from the chunk the server said ``start`` from the end is.
+    assert _starts(proxy, run_id)[:2] == [str(start), str(max(start, 0))], proxy.log
+
+
+@pytest.mark.parametrize("start", [-1, -2])
+async def test_a_start_from_the_end_of_a_stream_not_written_yet_is_its_first_chunk(
+    live: Api, proxy: CuttingProxy, start: int
+) -> None:
+    """``wf stream -f --start -N`` before the stream's first write: the last N chunks there are
+    when it starts, none, so every chunk written after. The server says so (``WF-Stream-Start:
+    0``): chunks written while it restarts are read from the first, not as the last N of them
+    (it asked again from ``-N``)."""
+    token = f"empty{start}"
+    gate = flows.STREAM_GATE[token] = asyncio.Event()
+    then = ["b0", "b1", "b2"]
+    run_id = await live.start("gated_stream", {"token": token, "first": [], "then": then})
+    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
+    got: list[bytes] = []
+
+    async def restart_once_asked() -> None:
+        await _answered(proxy, run_id)
+        await asyncio.sleep(0.05)  # the client took that head: the body is waited for
+        await proxy.shut()
+        gate.set()  # every chunk is written while the server is away
+        await live.until(run_id, lambda d: d["status"] == "completed")
+        await proxy.listen()
+
+    restart = asyncio.ensure_future(restart_once_asked())
+    try:
+        async with asyncio.timeout(30):
+            async for chunk in admin.follow_stream(run_id, start=start, follow=True):
+                got.append(chunk)
+    finally:
+        await restart
+    assert got == [c.encode() for c in then]
+    assert _starts(proxy, run_id)[:2] == [str(start), "0"], proxy.log
 
 
 @wf.step(max_retries=0)

@@ -284,12 +284,12 @@ async def check_stream(store: Store, run_id: str, name: str, *, follow: bool = T
         raise stream_not_found(record.id, name, streams, damaged)
 
 
-async def stream_start(store: Store, run_id: str, name: str, start: int) -> int | None:
+async def stream_start(store: Store, run_id: str, name: str, start: int) -> int:
     """The number of the first chunk ``follow_stream`` gives from ``start`` < 0 (from the
-    end), on a stream written already; None for one not written yet (its end is not known
-    until it is)."""
+    end): the last ``-start`` chunks there are now. On a stream not written yet (or not open
+    yet) there are none: 0, every chunk written from now on."""
     count = (await store.stream_info(run_id, name))[0]
-    return max(0, count + start) if count else None
+    return max(0, count + start)
 
 
 async def follow_stream(
@@ -307,10 +307,11 @@ async def follow_stream(
     (``run.read_stream`` does the same).
     """
     from wf.admin._read import existing_run
-    from wf.engine._run import check_complete, wait_for_stream
+    from wf.engine._run import check_complete, start_now, wait_for_stream
 
     run_id = validate_run_id(run_id)
     await existing_run(store, run_id)
+    start = await start_now(store, run_id, name, start)
     await wait_for_stream(store, run_id, name, follow=follow)
     async for chunk in store.stream_chunks(run_id, name, start, follow=follow, poll=2.0):
         yield chunk

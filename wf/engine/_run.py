@@ -316,10 +316,21 @@ class Run(Generic[T]):
         """
         name = "default" if name is None else name
         store = self.engine.store
+        start = await start_now(store, self.id, name, start)
         await wait_for_stream(store, self.id, name)
         async for chunk in store.stream_chunks(self.id, name, start):
             yield chunk
         await check_complete(store, self.id, name)
+
+
+async def start_now(store: Store, run_id: str, name: str, start: int) -> int:
+    """``start`` as a reader that is about to wait for stream ``name`` takes it: one from the
+    end (< 0) of a stream not open yet is 0, the last chunks there are now being none (counted
+    once the stream is open, it gave the last of the chunks written meanwhile). Any other is
+    unchanged: the store counts an open stream's end as it begins to read."""
+    if start < 0 and not (await find_stream(store, run_id, name))[0]:
+        return 0
+    return start
 
 
 async def check_complete(store: Store, run_id: str, name: str) -> None:

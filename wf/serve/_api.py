@@ -291,10 +291,11 @@ async def read_stream(request: Request) -> Response:
     # not finished may still open it (it is waited for).
     await check_stream(store, run_id, name, follow=follow)
     first: dict[str, str] = {}
-    if start < 0 and (number := await stream_start(store, run_id, name, start)) is not None:
-        # From the end of a stream written already: the chunk that is, said, so that a reader
-        # cut off (a restart) asks again from the chunk it reached.
-        start = number
+    if start < 0:
+        # From the end: the chunk that is now (0 on a stream not written yet: every chunk
+        # written after), said, so that a reader cut off (a restart) asks again from the chunk
+        # it reached, not for the last chunks there are by then.
+        start = await stream_start(store, run_id, name, start)
         first[_frames.START_HEADER] = str(start)
 
     async def body() -> AsyncIterator[bytes]:

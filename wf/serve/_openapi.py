@@ -361,10 +361,10 @@ def _paths() -> dict[str, Any]:
                     {
                         "name": "start",
                         "in": "query",
-                        "description": "first chunk; negative counts from the end (on a "
-                        "stream written already, the response says the number of the first "
-                        "chunk sent in WF-Stream-Start, from which a reader cut off asks "
-                        "again)",
+                        "description": "first chunk; negative counts from the end, as it is "
+                        "when asked (none yet: every chunk written after); the response says "
+                        "the number of the first chunk sent in WF-Stream-Start, from which a "
+                        "reader cut off asks again",
                         "schema": {"type": "integer"},
                     },
                     {
@@ -403,7 +403,7 @@ def _paths() -> dict[str, Any]:
                             },
                             "WF-Stream-Start": {
                                 "description": "the number of the first chunk sent, for a "
-                                "negative start on a stream written already",
+                                "negative start (0 on a stream not written yet)",
                                 "schema": {"type": "integer", "minimum": 0},
                             },
                         },
