@@ -874,14 +874,88 @@ class RemoteRun(Run[Any]):
         """The chunks of byte stream ``name``, as the store has them (the server sends each
         one's length before it: ``wf._frames``; a server that does not, the pieces it sends),
         until it closes; then ``wf.StreamIncomplete`` if its writer was cut off (the run's
-        ``stream_info`` says so: the server ends such a body without its last chunk)."""
+        ``stream_info`` says so: the server ends such a body without its last chunk). A
+        restart of the server meanwhile is ridden out as ``wf stream -f`` rides it out
+        (``read_parts``): read on from the chunk it reached, each chunk given once."""
+        async for chunk in self.read_parts(name, start, follow=follow):
+            yield chunk
+
+    async def read_parts(
+        self, name: str | None = None, start: int = 0, *, follow: bool = True, whole: bool = True
+    ) -> AsyncIterator[bytes]:
+        """``read_stream``'s chunks (``whole=False``: the parts the server sends, a big chunk
+        never held whole), followed across a restart of the server: a dropped or refused
+        connection is asked again (``Outage``: up to ``RIDE_OUT`` seconds unreachable) from
+        the chunk it reached, never from ``start`` again, a chunk cut halfway read again
+        whole and its bytes given once. A server this client never reached is a
+        ``ServerUnavailable`` at once. ``run.read_stream`` and ``wf stream -f``
+        (``HttpAdmin.follow_stream``) read through here."""
         from wf import _frames
 
-        chunks = _frames.Chunks()
-        async for part, ends in self.stream_parts(name, start, follow=follow):
-            chunk = part if ends is None else chunks.add(part, ends)
-            if chunk is not None:
-                yield chunk
+        outage = Outage(self.client)
+        reached = False
+        # The chunk read next, a restart reads on from it (never from ``start`` again); None
+        # while not known (``start`` from the end of a stream the server did not number).
+        at: int | None = start if start >= 0 else None
+        received = 0  # bytes yielded, for a server that does not frame its chunks
+        given = False  # anything yielded: till then, asking from ``start`` again repeats nothing
+        into = 0  # bytes of chunk ``at`` yielded (``whole=False``): left out when read again
+
+        def first(number: int) -> None:
+            nonlocal at
+            at = number  # ``start`` counted from the end: the server says which chunk that is
+
+        while True:
+            chunks = _frames.Chunks()  # a chunk cut off halfway is read again whole
+            skip = received  # a server that does not frame: read from ``start`` again
+            seen = 0  # bytes of chunk ``at`` read in this request
+            try:
+                parts = self.stream_parts(
+                    name, start if at is None else at, follow=follow, on_start=first
+                )
+                async for part, ends in parts:
+                    # An outage ends with progress, not with an answer: a body cut at the
+                    # same byte every time (a proxy's size limit) must not be read forever.
+                    reached = True
+                    if ends is None:  # pieces, whose count says nothing of the chunks
+                        at = None if start < 0 else start
+                        if len(part) <= skip:
+                            skip -= len(part)
+                            continue
+                        part, skip = part[skip:], 0
+                        received += len(part)
+                        outage.answered()
+                        given = True
+                        yield part
+                        continue
+                    if whole:
+                        chunk = chunks.add(part, ends)
+                        if chunk is None:
+                            continue
+                        at = None if at is None else at + 1
+                        outage.answered()
+                        given = True
+                        yield chunk
+                        continue
+                    before, seen = seen, seen + len(part)
+                    fresh = part[into - before :] if into > before else part
+                    into = max(into, seen)
+                    if ends:
+                        at, into, seen = None if at is None else at + 1, 0, 0
+                    if fresh:
+                        outage.answered()
+                        given = True
+                        yield fresh
+                outage.answered()
+                return
+            except ServerUnavailable as exc:
+                # Cut off by the server's stop (a restart): read on from where it was, or
+                # from ``start`` while nothing came. A server this client never reached (a
+                # wrong URL) is said at once.
+                reached = reached or exc.cut or self.client.reached
+                if not (follow and reached and (at is not None or not given)):
+                    raise
+                await outage.failed(exc)
 
     async def stream_parts(
         self,

@@ -48,20 +48,31 @@ def _starts(proxy: CuttingProxy, run_id: str) -> list[str]:
     return [urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)["start"][0] for path in asked]
 
 
+def _reader(how: str, url: str, run_id: str, start: int = 0) -> AsyncIterator[bytes]:
+    """The chunks of the run's default stream, followed over HTTP as ``how`` reads them:
+    ``wf stream -f`` (``HttpAdmin.follow_stream``) or a program (``run.read_stream``)."""
+    client = RemoteClient(url, timeout=30)
+    if how == "admin":
+        return HttpAdmin(client).follow_stream(run_id, start=start, follow=True)
+    return client.run(run_id).read_stream(start=start)
+
+
+@pytest.mark.parametrize("how", ["admin", "run"])
 @pytest.mark.parametrize("start", [1, -2])
 async def test_a_followed_stream_reads_on_from_the_chunk_it_reached_after_a_restart(
-    live: Api, proxy: CuttingProxy, start: int
+    live: Api, proxy: CuttingProxy, start: int, how: str
 ) -> None:
-    token = f"restart{start}"
+    """``wf stream -f`` and ``run.read_stream`` ride a restart out the same way (one
+    implementation): ``run.read_stream`` raised the restart's ``ServerUnavailable``."""
+    token = f"restart{start}{how}"
     gate = flows.STREAM_GATE[token] = asyncio.Event()
     first, then = ["a0", "a1", "a2"], ["b0", "b1"]
     run_id = await live.start("gated_stream", {"token": token, "first": first, "then": then})
     # The step wrote ``first`` and waits for the gate.
     await live.until(run_id, lambda d: d["stream_info"].get("default", {}).get("chunks") == 3)
-    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
     got: list[bytes] = []
     async with asyncio.timeout(30):
-        async for chunk in admin.follow_stream(run_id, start=start, follow=True):
+        async for chunk in _reader(how, proxy.url, run_id, start):
             got.append(chunk)
             if chunk == b"a2":  # every chunk written yet: the server restarts, the run goes on
                 await proxy.bounce(0.2)
@@ -70,18 +81,18 @@ async def test_a_followed_stream_reads_on_from_the_chunk_it_reached_after_a_rest
     assert _starts(proxy, run_id) == [str(start), "3"], proxy.log  # not from the start again
 
 
+@pytest.mark.parametrize("how", ["admin", "run"])
 async def test_a_followed_stream_gives_up_in_one_line_when_the_server_stays_away(
-    live: Api, proxy: CuttingProxy, monkeypatch: pytest.MonkeyPatch
+    live: Api, proxy: CuttingProxy, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     monkeypatch.setattr(wf._remote, "RIDE_OUT", 0.3)
-    token = "away"
+    token = f"away{how}"
     flows.STREAM_GATE[token] = asyncio.Event()
     run_id = await live.start("gated_stream", {"token": token, "first": ["a0"], "then": []})
-    admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
     got: list[bytes] = []
     with pytest.raises(ServerUnavailable) as away:
         async with asyncio.timeout(30):
-            async for chunk in admin.follow_stream(run_id, follow=True):
+            async for chunk in _reader(how, proxy.url, run_id):
                 got.append(chunk)
                 await proxy.shut()  # and never back
     flows.STREAM_GATE[token].set()

@@ -309,76 +309,12 @@ class HttpAdmin:
         follow: bool = True,
         whole: bool = True,
     ) -> AsyncIterator[bytes]:
-        from wf import _frames
-        from wf._exceptions import ServerUnavailable
-        from wf._remote import Outage
         from wf.store._ids import validate_run_id
 
+        # The one ride-out of a stream's follow, ``run.read_stream``'s too.
         run = self.remote.run(validate_run_id(run_id))
-        outage = Outage(self.remote)
-        reached = False
-        # The chunk read next, a restart reads on from it (never from ``start`` again); None
-        # while not known (``start`` from the end of a stream the server did not number).
-        at: int | None = start if start >= 0 else None
-        received = 0  # bytes yielded, for a server that does not frame its chunks
-        given = False  # anything yielded: till then, asking from ``start`` again repeats nothing
-        into = 0  # bytes of chunk ``at`` yielded (``whole=False``): left out when read again
-
-        def first(number: int) -> None:
-            nonlocal at
-            at = number  # ``start`` counted from the end: the server says which chunk that is
-
-        while True:
-            chunks = _frames.Chunks()  # a chunk cut off halfway is read again whole
-            skip = received  # a server that does not frame: read from ``start`` again
-            seen = 0  # bytes of chunk ``at`` read in this request
-            try:
-                parts = run.stream_parts(
-                    name, start if at is None else at, follow=follow, on_start=first
-                )
-                async for part, ends in parts:
-                    # An outage ends with progress, not with an answer: a body cut at the
-                    # same byte every time (a proxy's size limit) must not be read forever.
-                    reached = True
-                    if ends is None:  # pieces, whose count says nothing of the chunks
-                        at = None if start < 0 else start
-                        if len(part) <= skip:
-                            skip -= len(part)
-                            continue
-                        part, skip = part[skip:], 0
-                        received += len(part)
-                        outage.answered()
-                        given = True
-                        yield part
-                        continue
-                    if whole:
-                        chunk = chunks.add(part, ends)
-                        if chunk is None:
-                            continue
-                        at = None if at is None else at + 1
-                        outage.answered()
-                        given = True
-                        yield chunk
-                        continue
-                    before, seen = seen, seen + len(part)
-                    fresh = part[into - before :] if into > before else part
-                    into = max(into, seen)
-                    if ends:
-                        at, into, seen = None if at is None else at + 1, 0, 0
-                    if fresh:
-                        outage.answered()
-                        given = True
-                        yield fresh
-                outage.answered()
-                return
-            except ServerUnavailable as exc:
-                # Cut off by the server's stop (a restart): read on from where it was, or
-                # from ``start`` while nothing came. A server this client never reached (a
-                # wrong URL) is said at once.
-                reached = reached or exc.cut or self.remote.reached
-                if not (follow and reached and (at is not None or not given)):
-                    raise
-                await outage.failed(exc)
+        async for part in run.read_parts(name, start, follow=follow, whole=whole):
+            yield part
 
     async def follow_logs(
         self, run_id: str, *, step: str | None = None, follow: bool = False
