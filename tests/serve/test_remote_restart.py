@@ -172,9 +172,9 @@ def test_remote_follows_ride_out_a_restart_of_the_server(tmp_path: Path) -> None
 def test_a_remote_run_s_result_and_watch_ride_out_a_restart_of_the_server(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``wf.get_run(id).result()`` and ``.watch()`` over ``wf.configure(url=...)`` wait for a
-    server that restarts, as the CLI's follows do (they raised ``ServerUnavailable``), said
-    as warnings of the ``wf.remote`` logger."""
+    """``wf.get_run(id).result()``, ``.watch()`` and ``.read_stream()`` over
+    ``wf.configure(url=...)`` wait for a server that restarts, as the CLI's follows do (they
+    raised ``ServerUnavailable``), said as warnings of the ``wf.remote`` logger."""
     import asyncio
 
     import wf
@@ -194,21 +194,29 @@ def test_a_remote_run_s_result_and_watch_ride_out_a_restart_of_the_server(
         time.sleep(1.0)  # nobody answers meanwhile
         servers.append(spawn_server(env, port=port))
 
-    async def follow() -> tuple[object, list[wf.RunEvent]]:
+    async def follow() -> tuple[object, list[wf.RunEvent], list[bytes]]:
         run = wf.get_run("p1")
 
         async def events() -> list[wf.RunEvent]:
             return [event async for event in run.watch()]
 
+        async def chunks() -> list[bytes]:
+            return [chunk async for chunk in wf.get_run("s1").read_stream()]
+
         result = asyncio.ensure_future(run.result(timeout=120))
         watched = asyncio.ensure_future(events())
+        streamed = asyncio.ensure_future(chunks())
         deadline = time.monotonic() + 30
-        while _connections(port) < 2:  # the result's long poll and the watch's feed
+        while _connections(port) < 3:  # the result's long poll, the watch's feed, the stream
             assert time.monotonic() < deadline, "the remote run never followed"
             assert not result.done() and not watched.done()
             await asyncio.sleep(0.1)
         await asyncio.to_thread(restart)
-        return await asyncio.wait_for(result, 90), await asyncio.wait_for(watched, 90)
+        return (
+            await asyncio.wait_for(result, 90),
+            await asyncio.wait_for(watched, 90),
+            await asyncio.wait_for(streamed, 90),
+        )
 
     try:
         made = httpx.post(
@@ -217,15 +225,24 @@ def test_a_remote_run_s_result_and_watch_ride_out_a_restart_of_the_server(
             timeout=30,
         )
         assert made.status_code == 201, made.text
+        made = httpx.post(
+            f"{url}/api/v1/runs",
+            json={"target": "tests.serve.flows:streaming", "input": [40, 0.2], "id": "s1"},
+            timeout=30,
+        )
+        assert made.status_code == 201, made.text
         _until(servers[0], "p1", "running")
+        _until(servers[0], "s1", "running")
         wf.configure(url=url)
         with caplog.at_level("WARNING", logger="wf.remote"):
-            output, events = asyncio.run(follow())
+            output, events, lines = asyncio.run(follow())
     finally:
         configure_remote(None)
         stop(servers[-1])
     assert output == 40
     assert events[-1].kind == "completed" and events[-1].output == 40
+    # Every chunk once, in order: read on from where the restart cut the stream's body.
+    assert lines == [f"line {i}\n".encode() for i in range(40)]
     told = [(e.kind, e.ts) for e in events]
     assert len(told) == len(set(told)), told  # a watch opened again goes on where it was
     said = [r.getMessage() for r in caplog.records if r.name == "wf.remote"]
