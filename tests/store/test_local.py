@@ -1215,6 +1215,49 @@ async def test_a_claim_refused_a_lock_makes_no_other_call_on_the_journal(
     assert os.path.join(local.run_dir(runs[1].id), "journal.jsonl") in looked  # leased
 
 
+async def test_a_claim_passes_over_runs_listed_running_once_another_driver_is_met(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a claim has met another driver, a run ``by-status/`` lists running is passed
+    over without a lock attempt (with four workers each tried each run the others took),
+    and reported held; a claim that finds too few other runs comes back to it, so a run
+    whose driver died (listed running, its lock free) is still taken at once."""
+    runs = [await created(local) for _ in range(4)]
+    for run in runs[1:3]:
+        await save(local, run, RunStatus.RUNNING)
+    locks = []
+    for run in runs[:3]:  # another worker's drives; the first not saved running yet
+        fd = os.open(os.path.join(local.run_dir(run.id), "journal.jsonl"), os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        locks.append(fd)
+    opened: list[str] = []
+    real_open = os.open
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    other = LocalStore(root)  # another worker: it created none of the runs
+    try:
+        monkeypatch.setattr(os, "open", open_)
+        held: set[str] = set()
+        [lease] = await other.claim(time.time() + 1, 1, held=held)
+        monkeypatch.undo()
+        assert lease.run_id == runs[3].id
+        assert held == {run.id for run in runs[:3]}
+        tried = {run.id for run in runs if any(run.id in path for path in opened)}
+        assert tried == {runs[0].id, runs[3].id}  # the refusal, then the lease
+        os.close(locks.pop())  # the third run's driver died: its listing still says running
+        more = await other.claim(time.time() + 1, 5, exclude={runs[3].id})
+        assert [taken.run_id for taken in more] == [runs[2].id]
+        for taken in [lease, *more]:
+            await taken.release()
+    finally:
+        for fd in locks:
+            os.close(fd)
+        await other.close()
+
+
 def _noting_journal_reads(journal: str) -> tuple[list[str], dict[str, Callable[..., Any]]]:
     """``os.open``, ``os.fstat`` and ``os.pread`` stand-ins (by name) that note each
     ``fstat`` and ``pread`` of a descriptor open on ``journal``, and the list they note in."""

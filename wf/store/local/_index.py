@@ -564,6 +564,17 @@ class Index:
         prefix = f"{seq_field(seq)}{SEP}{run_id}{SEP}"
         return [n for n in _fsops.listdir(self.leaf(seq)) if n.startswith(prefix)]
 
+    def running_ids(self, seq: int) -> frozenset[str]:
+        """The runs listed ``running`` in the thousand-run bucket of ``seq`` in
+        ``by-status/``: one ``listdir``. A hint for a claim (which runs others drive), never
+        the truth: empty when the bucket cannot be read."""
+        top = self.by_status + os.sep + RunStatus.RUNNING.value
+        try:
+            names = os.listdir(self._bucket_dir(top, seq))
+        except OSError:
+            return frozenset()
+        return frozenset(name.split(SEP, 2)[1] for name in names if SEP in name)
+
     def has(self, seq: int, name: str) -> bool:
         """Whether the entry ``name`` of the run created ``seq``-th is there (one ``stat``)."""
         return os.path.exists(self.leaf(seq) + os.sep + name)

@@ -144,6 +144,9 @@ class Hub:
         self.held: dict[str, tuple[str, float]] = {}
         """Run id -> (its listed due field, monotonic time): runs a claim found held by another
         driver (``LocalStore.claim``); a lease of this process forgets its run on release."""
+        self.listed_running: dict[str, float] = {}
+        """Run id -> monotonic time a claim first passed it over because ``by-status/`` lists
+        it running (``LocalStore.claim``): tried for its lock once ``HELD_RETRY`` is over."""
         self.inboxes = InboxWatchers()
         """Watchers of runs' inboxes (``LocalStore.watch_inbox``): told of this process's
         posts by ``LocalStore.post``, of other processes' by the due-now entry every post

@@ -494,7 +494,7 @@ class Queue:
         return frozenset(self._listdir())
 
 
-_SEQ_TAG = SEP + "s"
+SEQ_TAG = SEP + "s"
 """What starts the ``+s<seq>`` tag of a due field (``queue_tag``: the last of them)."""
 
 _FREE, _LOOSE, _LANE, _LANE_RUNS = "free", "loose", "lane", "lane runs"
@@ -567,7 +567,7 @@ class _View:
         (``entry_seq``). Remembered by the tags between the due time and that number, which
         all the runs of a lane (of a priority, a queue) share: each run's own due field is
         parsed once, not once per entry made and once per claim."""
-        at = due.rfind(_SEQ_TAG, 14)
+        at = due.rfind(SEQ_TAG, 14)
         seq = due[at + 2 :] if at >= 0 else ""
         numbered = seq.isascii() and seq.isdigit()
         shape = due[14:at] if numbered else due[14:]

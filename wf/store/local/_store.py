@@ -14,6 +14,7 @@ import enum
 import errno
 import fcntl
 import functools
+import itertools
 import logging
 import os
 import random
@@ -107,6 +108,7 @@ from wf.store.local._lease import LocalLease
 from wf.store.local._notify import hub_for, poll_interval
 from wf.store.local._offloop import flusher_for
 from wf.store.local._queue import (
+    SEQ_TAG,
     Queue,
     pin_hashes,
     queue_hashes,
@@ -134,6 +136,13 @@ HEAR_INBOXES_AFTER = 0.2
 """Seconds a run is watched (``watch_inbox``) before the watcher of ``queue/`` is started for
 it, in a process where nothing started it yet (no worker): a cancel from another process
 reaches a younger run at this delay, an older one at once."""
+
+_COME_BACK = (("", "", False),)
+"""What ``LocalStore.claim`` puts between the queue's order and the runs it passed over."""
+
+LISTED_RUNNING_MAX = 10_000
+"""Runs ``Hub.listed_running`` remembers at most (all are forgotten past it: each is then
+passed over once more, for ``HELD_RETRY``)."""
 
 HELD_RETRIES = 200
 """Runs found held a claim tries again at most, those tried longest ago first. With thousands
@@ -1431,6 +1440,22 @@ class LocalStore(Store):
         stale = [r for r, (_, at) in list(memory.items()) if clock - at >= HELD_RETRY]
         for run_id in stale[:HELD_RETRIES]:
             memory.pop(run_id, None)
+        # Runs another process drives sit at the head of the queue (a running run keeps its
+        # due-now entry), and each worker would try each one's lock once. Once another
+        # driver has been met, a run that ``by-status/`` lists running is passed over at
+        # first (one ``listdir`` per thousand-run bucket a claim reaches, against an
+        # ``open``, a refused ``flock`` and a ``close`` per run), and tried once
+        # ``HELD_RETRY`` has passed since, or at once if the claim found too few other runs
+        # (an orphan's listing says running too: its lock decides).
+        listed = self.hub.listed_running
+        if len(listed) > LISTED_RUNNING_MAX:
+            listed.clear()
+        look = bool(memory)
+        running: dict[str, frozenset[str]] = {}
+        passed: list[tuple[str, str, bool]] = []
+        walking = True
+        tried = 0
+        """Runs of ``passed`` the claim came back to."""
         lane_heads: dict[str, tuple[set[str], bool]] = {}
 
         def heads(lane: tuple[str, int]) -> tuple[set[str], bool]:
@@ -1454,9 +1479,14 @@ class LocalStore(Store):
         due_now = self.queue.due_set(now)  # of the listing ``ordered`` made
         lock_first = not self._lock_files  # else ``_acquire_once`` takes the lock file first
         runs_dir, faults = self.runs + os.sep, self.faults
-        for due, run_id, tags_known in order:
+        for due, run_id, tags_known in itertools.chain(order, _COME_BACK, passed):
             if len(leases) >= limit:
                 break
+            if not walking:
+                tried += 1
+            elif not run_id:
+                walking = False  # the order's end: the runs passed over follow
+                continue
             if run_id in exclude:
                 continue
             known = memory.get(run_id)
@@ -1467,6 +1497,24 @@ class LocalStore(Store):
             locked: int | None = None
             failed: Exception | None = None
             if lock_first and run_id not in self._created:
+                if look and walking:
+                    # The creation number its ``+s`` tag (the last) gives, unparsed: the
+                    # thousand-run bucket is its digits but the last three.
+                    at = due.rfind(SEQ_TAG, 14)
+                    digits = due[at + 2 :] if at >= 0 else ""
+                    ids = running.get(digits[:-3])
+                    if ids is None and digits.isascii() and digits.isdigit():
+                        ids = running[digits[:-3]] = self.index.running_ids(int(digits))
+                    if ids and run_id in ids:
+                        if clock - listed.setdefault(run_id, clock) < HELD_RETRY:
+                            passed.append((due, run_id, tags_known))
+                            continue
+                    elif listed.pop(run_id, None) is not None and not os.path.exists(
+                        os.path.join(self.queue.dir, queue_name(due, run_id))
+                    ):
+                        # Listed running before, and now not: it ended here, most likely, and
+                        # its entry went (the removal is not heard of yet). One look, no lock.
+                        continue
                 # The lock is tried before anything else is made for the attempt: with four
                 # workers about three attempts in four are refused (each worker tries each
                 # run another took since its last claim), and then that is all it costs. A
@@ -1486,6 +1534,7 @@ class LocalStore(Store):
                         await taken.release()
                     raise
                 if refused:
+                    look = True
                     if faults.tries("run", run_id):
                         faults.forget("run", run_id)  # it refused before, it is read now
                     memory[run_id] = (due, clock)
@@ -1547,14 +1596,19 @@ class LocalStore(Store):
             if self.faults.tries("run", run_id):
                 self.faults.forget("run", run_id)  # it refused before, it is read now
             if got is _Miss.HELD:
+                look = True
                 memory[run_id] = (due, clock)
                 if held is not None:
                     held.add(run_id)
             elif not isinstance(got, _Miss):
                 memory.pop(run_id, None)
+                listed.pop(run_id, None)
                 # Past ``_in_order`` (or ``_wanted``), a run in a lane is among its heads.
                 got.heads_lane = True
                 leases.append(got)
+        if held is not None:
+            # Passed over and not come back to: driven elsewhere, as far as the claim knows.
+            held.update(run_id for _, run_id, _ in passed[tried:])
         if not leases and waiting is not None:
             self.queue.waiting_behind(full, now, waiting)
         return leases
