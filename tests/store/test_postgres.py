@@ -1956,6 +1956,114 @@ async def test_a_claim_whose_lock_connection_dies_under_it_retries_on_a_fresh_on
         await store.close()
 
 
+async def test_a_claim_that_meets_its_store_closing_opens_no_lock_connection(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim whose look at the queue was in flight while its store closed went on to take
+    its locks on a lock connection it opened after the close: a connection nothing would
+    close, holding the runs' locks (from every other process) until this process exited.
+    Now the claim fails as any operation on a closed store does, and opens nothing."""
+    from wf.store.postgres import _locks
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        opened: list[str] = []
+        real_connect = _locks.connect
+
+        async def counted(conninfo: str, label: str) -> Any:
+            opened.append(label)
+            return await real_connect(conninfo, label)
+
+        monkeypatch.setattr(_locks, "connect", counted)
+        look = store._candidates
+
+        async def closed_meanwhile(*args: Any, **kwargs: Any) -> Any:
+            found = await look(*args, **kwargs)
+            await store.close()  # a worker stopping while its claim looked at the queue
+            return found
+
+        monkeypatch.setattr(store, "_candidates", closed_meanwhile)
+        with pytest.raises(StoreError, match="closed"):
+            await store.claim(FAR, 10)
+        assert opened == [], "a lock connection was opened after the store closed"
+        monkeypatch.undo()
+        other = make(schema)
+        try:
+            lease = await other.try_acquire(run.id)  # no lock left held by the closed store
+            assert lease is not None
+            await lease.release()
+        finally:
+            await other.close()
+    finally:
+        await store.close()
+
+
+async def test_a_lock_connection_that_opens_as_its_store_closes_is_closed_with_it(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close came while the lock connection was being opened: the connection opened then
+    was kept (nothing closes it later), and the lease taken on it held its run for good."""
+    from wf.store.postgres import _locks
+
+    store = make(schema)
+    try:
+        run = await created(store)
+        session = await store._ready()
+        real_connect = _locks.connect
+        made: list[Any] = []
+
+        async def closing_meanwhile(conninfo: str, label: str) -> Any:
+            conn = await real_connect(conninfo, label)
+            made.append(conn)
+            await store.close()
+            return conn
+
+        monkeypatch.setattr(_locks, "connect", closing_meanwhile)
+        with pytest.raises(StoreError, match="closed"):
+            await session.locks.try_lock(run.id, session.lock_key(run.id))
+        assert len(made) == 1 and made[0].closed, "the lock connection outlived its store"
+    finally:
+        await store.close()
+
+
+async def test_a_lock_scan_that_fails_on_a_live_connection_keeps_it_and_its_leases(
+    schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's lock scan cancelled by a statement timeout (an ``OperationalError``, as a
+    lost connection's is) dropped the lock connection although it was fine, and with it the
+    lock of every lease held on it: their runs were open to any other worker while their
+    drivers still ran them. Only a connection psycopg found broken (or closed) is dropped."""
+    from wf.store.postgres import _locks
+
+    store, other = make(schema), make(schema)
+    try:
+        kept = await created(store)
+        lease = await acquire(store, kept.id)
+        lost: list[BaseException] = []
+        lease.on_lost(lost.append)
+        await created(store)
+        locks = store._session.locks  # type: ignore[union-attr]
+        conn, generation = locks._conn, locks.generation
+        assert conn is not None
+        await conn.execute("SET statement_timeout = '50ms'")
+        slow = _locks._SCAN_THEN.replace("\nFROM granted\n", "\nFROM granted, pg_sleep(1)\n")
+        assert slow != _locks._SCAN_THEN
+        monkeypatch.setattr(_locks, "_SCAN_THEN", slow)
+        with pytest.raises(wf.StoreUnavailable, match="statement timeout"):
+            await store.claim(FAR, 10, exclude={kept.id})
+        assert locks._conn is conn and not conn.broken, "a live lock connection was dropped"
+        assert locks.generation == generation and locks.held(kept.id, generation)
+        assert await other.try_acquire(kept.id) is None, "a held lease's lock went with it"
+        await asyncio.sleep(locks.check_interval + 0.5)  # the watchdog finds it fine too
+        assert lost == []
+        await conn.execute("SET statement_timeout = 0")
+        await lease.release()
+    finally:
+        await store.close()
+        await other.close()
+
+
 async def test_an_operation_refused_a_new_connection_waits_for_an_open_one(
     schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

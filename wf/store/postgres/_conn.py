@@ -329,6 +329,10 @@ def _shut_down(conn: Conn) -> None:
             duplicate.close()
 
 
+CLOSED = "the PostgreSQL store is closed"
+"""The error of an operation begun once its store closed (a query, a lease taken)."""
+
+
 REFUSED_WAIT = 10.0
 """Seconds an operation refused a new connection waits for one of its pool's open ones."""
 
@@ -358,7 +362,7 @@ class Pool:
         (``StoreUnavailable`` for a dropped or refused connection, see ``failure``)."""
         async with self._slots:
             if self._closed:
-                raise StoreError("the PostgreSQL store is closed")
+                raise StoreError(CLOSED)
             conn = self._take_idle() or await self._open()
             try:
                 yield conn

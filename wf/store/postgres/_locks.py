@@ -31,7 +31,16 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from wf.store.postgres._conn import Conn, abandon, close_when_idle, connect, failure, looks_alive
+from wf._exceptions import StoreError
+from wf.store.postgres._conn import (
+    CLOSED,
+    Conn,
+    abandon,
+    close_when_idle,
+    connect,
+    failure,
+    looks_alive,
+)
 
 log = logging.getLogger("wf.store.postgres")
 
@@ -105,6 +114,9 @@ class Locks:
         self._sending = asyncio.Lock()
         """Held by whatever sends on the lock connection: psycopg would pipeline a statement
         sent by another task while a ``Then``'s pipeline is open, in its transaction."""
+        self._closed = False
+        """Set by ``close``: a claim still in flight then must not open a connection (nothing
+        would close it, and the locks it took would keep their runs until the process ends)."""
 
     def held(self, run_id: str, generation: int) -> bool:
         """Whether a lock taken in ``generation`` is, as far as this process knows, still held."""
@@ -119,6 +131,8 @@ class Locks:
 
     async def _connection(self) -> Conn:
         async with self._connecting:
+            if self._closed:
+                raise StoreError(CLOSED)
             conn = self._conn
             # A connection whose backend was killed while it sat idle (an idle-session
             # timeout, ``pg_terminate_backend``) does not know it yet: its socket holds the
@@ -128,8 +142,12 @@ class Locks:
                 return conn
             if conn is not None:
                 self._lost()
-            self._conn = await connect(self._conninfo, self._label)
-            return self._conn
+            fresh = await connect(self._conninfo, self._label)
+            if self._closed:  # closed while it was being opened
+                await close_when_idle(fresh)
+                raise StoreError(CLOSED)
+            self._conn = fresh
+            return fresh
 
     def _lost(self) -> None:
         if self._conn is not None:
@@ -169,7 +187,8 @@ class Locks:
                 async with self._sending:
                     await conn.execute("SELECT 1")
             except psycopg.Error:
-                if conn is self._conn:
+                # A ping cancelled on a live connection (``pg_cancel_backend``) lost nothing.
+                if conn is self._conn and _broken(conn):
                     self._lost()
 
     async def try_lock(self, run_id: str, key: int) -> int | None:
@@ -201,15 +220,15 @@ class Locks:
                 async with self._sending:
                     cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", [key])
                     row = await cur.fetchone()
-            except psycopg.OperationalError as error:
-                # The connection died, and every lock on it; one retry on a fresh one.
-                if conn is self._conn:
+            except psycopg.Error as error:
+                # The connection died, and every lock on it: one retry on a fresh one. A
+                # failure that left it alive (a statement timeout) fails this attempt alone.
+                dead = _broken(conn)
+                if dead and conn is self._conn:
                     self._lost()
-                if retry:
+                if retry or not dead:
                     raise failure("PostgreSQL failed to take a run lease", error) from error
                 continue
-            except psycopg.Error as error:
-                raise failure("PostgreSQL failed to take a run lease", error) from error
             return generation if row is not None and row[0] else None
         return None  # pragma: no cover - the loop returns or raises
 
@@ -266,7 +285,9 @@ class Locks:
 
         A connection found dead by the query (and every lock on it) is replaced and the query
         sent once more on the fresh one, as ``_try`` does: a dropped connection is no reason
-        to fail a claim. Nothing was granted on the dead one (its locks went with it)."""
+        to fail a claim. Nothing was granted on the dead one (its locks went with it). A
+        failure that leaves the connection alive fails the scan alone: the connection, and
+        every lease on it, is kept."""
         for retry in (False, True):
             conn = await self._connection()
             generation = self.generation
@@ -278,7 +299,10 @@ class Locks:
                     else:
                         rows = await _pipelined(conn, query, params, follow, then)
             except psycopg.Error as error:
-                dead = isinstance(error, psycopg.OperationalError)
+                # Only a connection psycopg found broken is gone: a statement timeout or a
+                # cancelled scan is an ``OperationalError`` too, and leaves the connection,
+                # and the locks of every lease on it, as they were.
+                dead = _broken(conn)
                 if dead and conn is self._conn:
                     self._lost()
                 if retry or not dead:
@@ -448,6 +472,7 @@ class Locks:
         hand their leases back as the store closes): the connection is closed only once it
         is over (``close_when_idle``), never under it.
         """
+        self._closed = True
         self._forget_unlocks()
         self._watchers.clear()
         if self._watchdog is not None:
@@ -460,6 +485,7 @@ class Locks:
 
     def abandon(self) -> None:
         """Drop the connection without awaiting (its event loop is gone)."""
+        self._closed = True
         self._unlocks = []
         self._unlocker = None
         self._watchers.clear()
@@ -468,6 +494,12 @@ class Locks:
         self._conn = None
         self._held.clear()
         self._reserved.clear()
+
+
+def _broken(conn: Conn) -> bool:
+    """Whether a connection whose statement failed is gone (and every lock on it): psycopg
+    says so, once it met a lost connection, by ``broken`` or ``closed``."""
+    return conn.closed or conn.broken
 
 
 async def _pipelined(
