@@ -2110,6 +2110,38 @@ async def test_a_lane_key_deleted_holds_the_runs_it_lost_until_verify_puts_them_
         await store.close()
 
 
+async def test_a_server_that_refuses_role_to_wf_is_read_as_before(
+    prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pooled connections ask their server's role now and then (a reader follows a failover
+    so): a user whose ACL forbids ``ROLE`` (a managed server) reads and writes as before, and
+    is not asked again."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from wf.store.redis import _store
+
+    monkeypatch.setattr(_store, "ROLE_CHECK_EVERY", 0.0)  # every connection taken asks
+    client = raw_client()
+    user = f"wft-norole-{uuid.uuid4().hex[:8]}"
+    client.acl_setuser(
+        user, enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+        commands=["+@all", "-role"],
+    )  # fmt: skip
+    parts = urlsplit(URL)
+    url = urlunsplit(parts._replace(netloc=f"{user}:pw@{parts.hostname}:{parts.port or 6379}"))
+    store = RedisStore(url, prefix=prefix)
+    try:
+        for _ in range(3):
+            run = await created(store)
+            assert (await store.get_run(run.id)).id == run.id
+        assert store._client is not None
+        assert store._client.connection_pool._asks is False  # type: ignore[attr-defined]
+    finally:
+        await store.close()
+        client.acl_deluser(user)
+        client.close()
+
+
 async def test_a_look_at_a_run_of_a_lane_whose_key_was_deleted_shows_it_naming_the_damage(
     prefix: str,
 ) -> None:

@@ -11,6 +11,7 @@ leases, and the subscriptions its waits listen on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -122,6 +123,43 @@ async def test_a_lease_taken_after_a_failover_is_held_on_the_new_primary(
         await taken.release()
     finally:
         await store.close()
+        if other is not None:
+            await other.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("linked", [True, False])
+async def test_a_process_that_only_reads_follows_the_address_to_the_new_primary(
+    pair: Pair, linked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that only reads (``wf runs``, ``wf serve --no-worker``, an admin's look) is
+    refused nothing on the old server, now a replica: only a write's ``READONLY`` or a lease's
+    demotion made the store connect again, so it read the old server for as long as it
+    lived (not ``linked``: runs created since were not found, for ever; linked: its reads
+    came from a replica). A pooled connection asks its server's role once in a while
+    (``ROLE_CHECK_EVERY``) and a replica's makes the connections again, as a refusal does."""
+    from wf.store.redis import _store
+
+    monkeypatch.setattr(_store, "ROLE_CHECK_EVERY", 0.2, raising=False)
+    reader = RedisStore(pair.url, prefix="wf")
+    other = None
+    try:
+        before = await created(on(pair.primary.port))
+        assert (await reader.get_run(before.id)).id == before.id  # its connection: the old one
+        await pair.fail_over(linked=linked)
+        other = on(pair.primary.port)
+        after = await created(other)
+        found, role = None, None
+        async with asyncio.timeout(10):
+            while found is None or role != b"master":
+                await asyncio.sleep(0.05)
+                with contextlib.suppress(wf.RunNotFound):  # read on the old server
+                    found = await reader.get_run(after.id)
+                client = reader._client
+                assert client is not None
+                role = (await client.execute_command("ROLE"))[0]  # the server it reads
+    finally:
+        await reader.close()
         if other is not None:
             await other.close()
 

@@ -29,6 +29,7 @@ from redis.exceptions import (
     BusyLoadingError,
     ConnectionError,
     MasterDownError,
+    NoPermissionError,
     NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
@@ -103,6 +104,13 @@ REDIAL_EVERY = 1.0
 server": while the address still reaches the old server (a DNS name not moved yet), every
 write is refused, and each making again opened new subscriptions and woke every waiter."""
 
+ROLE_CHECK_EVERY = 5.0
+"""Seconds a pooled connection is used before it asks its server's role again (``ROLE``, one
+round trip, only when taken from the pool after that long): a process that only reads is
+refused nothing by the old primary a failover left up (a replica now), and read it for as long
+as the connection lived. A connection just made reached where the address points now: not
+asked."""
+
 
 _WARNED: set[str] = set()
 """Servers whose durability this process has warned about (once each)."""
@@ -123,12 +131,23 @@ def describe(url: str) -> str:
 class _RedialingPool(aioredis.BlockingConnectionPool):
     """A pool whose connections can all be made again (``redial``) without closing one that
     another task may be using: each connection made before is closed and opened again by the
-    task that takes it next, once it is its own."""
+    task that takes it next, once it is its own.
+
+    A connection taken ``ROLE_CHECK_EVERY`` seconds or more after it last asked asks its
+    server's role first: a replica's (a failover left the old primary up, the address now
+    elsewhere) is made again at once, and once a connection made again reaches a primary,
+    ``moved`` is called (the store makes every other connection again, as on a ``READONLY``
+    refusal). Writers hear of a failover from the refusals of their writes; a process that
+    only reads hears of it this way."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._dialled = 0
         self._dialled_in: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._asked_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        self.moved: Callable[[], None] | None = None
+        self._asks = True
+        """False once the server refused ``ROLE`` (an ACL, a renamed command): not asked again."""
 
     def redial(self) -> None:
         self._dialled += 1
@@ -136,8 +155,42 @@ class _RedialingPool(aioredis.BlockingConnectionPool):
     async def ensure_connection(self, connection: Any) -> None:
         if self._dialled_in.get(connection, self._dialled) != self._dialled:
             await connection.disconnect()
+        now = time.monotonic()
+        if not connection.is_connected:
+            self._asked_at[connection] = now  # made now: it reaches where the address points
         await super().ensure_connection(connection)
         self._dialled_in[connection] = self._dialled
+        if self._asks and now - self._asked_at.setdefault(connection, now) >= ROLE_CHECK_EVERY:
+            self._asked_at[connection] = now
+            if await self._primary(connection) is False:
+                # Made again: where the address points now (the old server while a DNS name
+                # has not moved yet: asked again later). A primary there: the others follow.
+                await connection.disconnect()
+                await super().ensure_connection(connection)
+                if await self._primary(connection) and self.moved is not None:
+                    self.moved()
+
+    async def _primary(self, connection: Any) -> bool | None:
+        """Whether the connection's server is a primary (None: it does not say). A connection
+        that fails meanwhile is made again, as redis-py makes one found stale."""
+        try:
+            await connection.send_command("ROLE")
+            role = await connection.read_response()
+        except BusyLoadingError:  # an answer (a ``ConnectionError`` in redis-py): loading
+            return None
+        except ResponseError as error:
+            # Not for this client (an ACL, a renamed command): not asked again. Any other
+            # refusal (``BUSY``) is the server's for now.
+            if isinstance(error, NoPermissionError) or "unknown command" in str(error).lower():
+                self._asks = False
+            return None
+        except (ConnectionError, TimeoutError, OSError):
+            await connection.disconnect()
+            await super().ensure_connection(connection)
+            return None
+        if not isinstance(role, list) or not role:
+            return None
+        return _text(role[0]) == "master"
 
 
 class RedisStore(Store):
@@ -207,6 +260,7 @@ class RedisStore(Store):
                 socket_keepalive=True,
             )
             pool.connection_class = packed(pool.connection_class)
+            pool.moved = self._drop_connections
             return aioredis.Redis.from_pool(pool)  # closing the client closes its pool
         except ValueError as error:
             raise UsageError(f"bad Redis URL {describe(self.url)!r}: {error}") from None
