@@ -2142,6 +2142,30 @@ async def test_a_server_that_refuses_role_to_wf_is_read_as_before(
         client.close()
 
 
+async def test_a_run_created_in_a_lane_whose_key_was_deleted_is_claimed(prefix: str) -> None:
+    """A run created in a lane after its key was deleted (by hand, evicted) makes the key
+    again, alone in it: it is claimed (not held with the runs the key lost, which wait for
+    verify), and verify puts those back ahead of it, at their places."""
+    store = make(prefix)
+    client = raw_client()
+    try:
+        head = await created(store, id="head", group="g")
+        behind = await created(store, id="behind", group="g")
+        gk = f"{prefix}g:{lane_of(head)}"
+        client.delete(gk)
+        fresh = await created(store, id="fresh", group="g")
+        leases = await asyncio.wait_for(store.claim(1e12, 10), 10)
+        assert [x.run_id for x in leases] == [fresh.id]
+        assert store.faults.of_kind("run") == {head.id, behind.id}  # named: they wait
+        assert await store.lane_ahead(lane_of(fresh), fresh.id, 5) == []
+        await store.verify()
+        assert await store.lane_ahead(lane_of(fresh), fresh.id, 5) == [head.id, behind.id]
+        await leases[0].release()
+    finally:
+        client.close()
+        await store.close()
+
+
 async def test_a_look_at_a_run_of_a_lane_whose_key_was_deleted_shows_it_naming_the_damage(
     prefix: str,
 ) -> None:

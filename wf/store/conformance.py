@@ -985,6 +985,27 @@ class StoreConformance:
         await self._save(store, second, status=RunStatus.PENDING, wake_at=5.0, attempt=2)
         assert await store.lane_ahead(LANE, first.id, 5) == [second.id]
 
+    async def test_a_run_created_in_a_lane_its_runs_all_left_is_claimed(self, store: Store) -> None:
+        # A lane whose runs all ended and were deleted (``wf gc``, retention) is gone from the
+        # store (an empty Redis sorted set is no key, an empty directory may be removed): a
+        # run created in it afterwards heads it and is claimed.
+        first, second = record(group="lane"), record(group="lane")
+        for run in (first, second):
+            await store.create_run(run, [event("run_started")])
+        await self._save(store, first, status=RunStatus.COMPLETED)
+        await self._save(store, second, status=RunStatus.CANCELLED)
+        deleted = await store.delete_runs([first.id, second.id], now=1.0, reason="gc")
+        assert set(deleted.ids) == {first.id, second.id}
+        third = record(group="lane")
+        await store.create_run(third, [event("run_started")])
+        assert await store.lane_ahead(LANE, third.id, 5) == []
+        leases = await store.claim(FAR, 10)
+        try:
+            assert [lease.run_id for lease in leases] == [third.id]
+        finally:
+            for lease in leases:
+                await lease.release()
+
     async def test_lane_order_is_creation_order_not_id_order(self, store: Store) -> None:
         later_id, earlier_id = record(id="zz-first", group="g"), record(id="aa-second", group="g")
         await store.create_run(later_id)
