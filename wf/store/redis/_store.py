@@ -144,7 +144,6 @@ class _RedialingPool(aioredis.BlockingConnectionPool):
         super().__init__(*args, **kwargs)
         self._dialled = 0
         self._dialled_in: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._asked_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
         self.moved: Callable[[], None] | None = None
         self._asks = True
         """False once the server refused ``ROLE`` (an ACL, a renamed command): not asked again."""
@@ -153,15 +152,19 @@ class _RedialingPool(aioredis.BlockingConnectionPool):
         self._dialled += 1
 
     async def ensure_connection(self, connection: Any) -> None:
+        now = time.monotonic()
         if self._dialled_in.get(connection, self._dialled) != self._dialled:
             await connection.disconnect()
-        now = time.monotonic()
-        if not connection.is_connected:
-            self._asked_at[connection] = now  # made now: it reaches where the address points
+            connection.wf_asked_at = now  # made again now: where the address points
+        # An attribute, not a weak dictionary: this is every command's path. A connection
+        # redis-py made again by itself (found stale) may ask once more than it needs.
+        asked = getattr(connection, "wf_asked_at", None)
+        if asked is None:
+            connection.wf_asked_at = asked = now  # a new connection
         await super().ensure_connection(connection)
         self._dialled_in[connection] = self._dialled
-        if self._asks and now - self._asked_at.setdefault(connection, now) >= ROLE_CHECK_EVERY:
-            self._asked_at[connection] = now
+        if self._asks and now - asked >= ROLE_CHECK_EVERY:
+            connection.wf_asked_at = now
             if await self._primary(connection) is False:
                 # Made again: where the address points now (the old server while a DNS name
                 # has not moved yet: asked again later). A primary there: the others follow.
