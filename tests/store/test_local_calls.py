@@ -391,3 +391,49 @@ async def test_a_claimed_grouped_run_s_lease_removes_no_untagged_entry_it_does_n
         assert not (root / "queue" / untagged).exists()
     finally:
         await other.close()
+
+
+async def _hearing(root: Path) -> LocalStore:
+    """Another store instance (a worker that created none of the runs), its watcher up."""
+    store = LocalStore(root)
+    await store.wait_for_activity(0.01)  # the store open, its watcher up
+    if not store.hub.hearing():
+        await store.close()
+        pytest.skip("no file-system events here")
+    return store
+
+
+async def test_a_claimed_run_never_posted_to_lists_no_inbox_at_its_drive_s_first_read(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's look at the run's directory (its link check, under the lock) says it has
+    no subdirectory, hence no inbox, on a file system that counts them: the first read of
+    the inbox lists nothing (the failed open of a missing directory was one system call of
+    every claimed run). A post heard of since that look makes the read list it."""
+    quiet, posted = await created(local), await created(local)
+    other = await _hearing(root)
+    subdirectories = sum(1 for entry in os.scandir(root) if entry.is_dir())
+    if os.lstat(root).st_nlink != 2 + subdirectories:
+        await other.close()
+        pytest.skip("this file system does not count subdirectories in link counts")
+    listed: list[str] = []
+    real = os.listdir
+
+    def listdir(path: Any) -> list[str]:
+        listed.append(str(path))
+        return real(path)
+
+    try:
+        leases = await other.claim(time.time() + 1, 2)
+        assert sorted(lease.run_id for lease in leases) == sorted([quiet.id, posted.id])
+        monkeypatch.setattr(os, "listdir", listdir)
+        by_id = {lease.run_id: lease for lease in leases}
+        assert await by_id[quiet.id].read_inbox(other) == []
+        message = await local.post(posted.id, "m1", {"hello": 1})  # after the claim's look
+        assert [m.id for m in await by_id[posted.id].read_inbox(other)] == [message]
+        monkeypatch.undo()
+        assert listed == [os.path.join(other.run_dir(posted.id), "inbox")]
+        for lease in leases:
+            await lease.release()
+    finally:
+        await other.close()

@@ -27,6 +27,9 @@ class InboxWatchers:
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._by_run: dict[str, dict[int, _Entry]] = {}
+        self.news = 0
+        """Moves (by one or more) whenever a post may have come, watched or not: a reader that
+        took it before a look finds by comparing whether the look may be stale."""
 
     def add(
         self,
@@ -56,6 +59,7 @@ class InboxWatchers:
 
     def heard(self, run_ids: str | list[str] | set[str]) -> None:
         """A message may have been posted to these runs' inboxes: call their watchers."""
+        self.news += 1
         if not self._by_run:
             return
         ids = (run_ids,) if isinstance(run_ids, str) else run_ids
@@ -65,6 +69,7 @@ class InboxWatchers:
 
     def heard_all(self) -> None:
         """Posts may have gone unheard (a notifier replaced, a connection lost): call all."""
+        self.news += 1
         if not self._by_run:
             return
         with self._lock:

@@ -258,6 +258,32 @@ def refuse_link(path: str) -> None:
         raise linked(path)
 
 
+def unlinked_info(path: str) -> os.stat_result | None:
+    """``refuse_link`` that gives the ``lstat`` it took (None if ``path`` cannot be looked at,
+    which ``refuse_link`` lets pass too)."""
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        raise linked(path)
+    return info
+
+
+def counts_subdirectories(path: str) -> bool:
+    """Whether the file system of the directory ``path`` counts a directory's subdirectories
+    in its link count (two plus one each: ext4, XFS, tmpfs), so that a count of two says a
+    directory has none. Btrfs and an overlay's merged directories say one whatever they hold;
+    a count that does not match ``path``'s own subdirectories (or a change meanwhile) says
+    no."""
+    try:
+        with os.scandir(path) as entries:
+            subdirectories = sum(1 for entry in entries if entry.is_dir(follow_symlinks=False))
+        return subdirectories > 0 and os.lstat(path).st_nlink == 2 + subdirectories
+    except OSError:
+        return False
+
+
 def _no_follow(path: str, flags: int) -> int:
     return _only_files(os.open(path, flags | _NEVER_WAIT), path)
 

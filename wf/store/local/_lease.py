@@ -79,6 +79,7 @@ class LocalLease(Lease):
         listed: str | None = None,
         created: RunRecord | None = None,
         run_dir: str | None = None,
+        inbox_news: int | None = None,
     ) -> None:
         """``journal_fd``: the journal, open for writing and locked (the lease itself);
         ``lock_fd``: a format-1 store's locked ``lock`` file. The lease owns both.
@@ -100,7 +101,9 @@ class LocalLease(Lease):
         run's that the caller found there with the lock held (a claim's), so it is not made
         again. ``created``: the record the journal's first event carries, if the caller made
         it from ``journal`` (``created_record``): not parsed again for the first save.
-        ``run_dir``: the run's directory, if the caller has it (its id validated)."""
+        ``run_dir``: the run's directory, if the caller has it (its id validated).
+        ``inbox_news``: the store's count of posts heard (``InboxWatchers.news``) taken before
+        a look, with the lock held, that found the run without an inbox (``_no_inbox``)."""
         self._dir = store.run_dir(run_id) if run_dir is None else run_dir
         self._journal = os.path.join(self._dir, JOURNAL_FILE)
         self._known: list[Event] | None = None
@@ -159,6 +162,8 @@ class LocalLease(Lease):
         """The exact record (large values loaded) once read or saved: the holder's view."""
         self._broken: StoreError | None = None
         self._released = False
+        self._inbox_news = inbox_news
+        """Until the first read of the inbox: see ``read_inbox``."""
         self._settle = settle
         # On failure here the caller (``try_acquire``) closes the descriptors it handed over.
         # Where the content ends (the next append's offset), and the file's length.
@@ -342,6 +347,13 @@ class LocalLease(Lease):
         if store is not self._store:
             return await store.read_inbox(self.run_id)
         self._check()
+        news, self._inbox_news = self._inbox_news, None
+        hub = self._store.hub
+        if news is not None and news == hub.inboxes.news and hub.hearing():
+            # The run had no inbox when its lease was taken, and no post was heard of since:
+            # nothing to list (most runs are never posted to). A post from now on is heard by
+            # the driver's watch, set before this read (``InboxNews``).
+            return []
         return self._store.read_inbox_of(self._dir)
 
     # -- record, queue, index -------------------------------------------------------------

@@ -452,11 +452,14 @@ class Hub:
                 else:
                     names.add(name)
                 keys.add("")
-                if self.inboxes and name.startswith(NOW) and (kept is None or path in kept):
-                    # A post's due-now entry (``Queue.poke``): its run's driver looks at once.
-                    entry = parse_queue_name(name)
+                if name.startswith(NOW) and (kept is None or path in kept):
+                    # A post's due-now entry (``Queue.poke``): its run's driver looks at once,
+                    # and, watched or not, a lease's first read of its inbox (``news``).
+                    entry = parse_queue_name(name) if self.inboxes else None
                     if entry is not None:
                         posted.add(entry[1])
+                    else:
+                        self.inboxes.news += 1
             elif path.startswith(self.queue_dir):
                 names.add("")  # the directory itself: look at all of it
                 keys.add("")

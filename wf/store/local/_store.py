@@ -194,6 +194,9 @@ class LocalStore(Store):
         self.runs = os.path.join(self.root, "runs")
         self._interval, self._events = poll_interval()
         self.hub = hub_for(self.root)
+        self._counts_subdirectories: bool | None = None
+        """Whether the store's file system counts subdirectories in a directory's link count
+        (``_fsops.counts_subdirectories``), once a lease asked."""
         self._said_out_of_files = False
         # Waits that poll compare inode numbers too; with events, a count of changes does.
         self.queue = Queue(self.root, inodes=not self._events, hub=self.hub)
@@ -1177,9 +1180,10 @@ class LocalStore(Store):
 
     def _lock_first(
         self, run_id: str, run_dir: str, entry: str, locked: int | None = None
-    ) -> tuple[int, os.stat_result] | _Miss | None:
+    ) -> tuple[int, os.stat_result, int | None] | _Miss | None:
         """The run's journal opened and locked before any look at its directory: its
-        descriptor and ``fstat``; ``_Miss.HELD`` if another driver holds it; ``_Miss.GONE`` if
+        descriptor, ``fstat`` and ``_no_inbox``'s answer from the look at the run's directory;
+        ``_Miss.HELD`` if another driver holds it; ``_Miss.GONE`` if
         the queue entry ``entry`` is gone once it is locked; None if there is no journal to
         open (the caller looks for the run first). Once locked, the run's directory is looked
         at as ``_existing`` does (a link refused, a run cut short at its creation reported
@@ -1206,14 +1210,28 @@ class LocalStore(Store):
             # A journal with content is a run (``run_exists``), once the caller's
             # ``_still_there`` has found it still at its name: the look is the link check. An
             # empty one is looked at as ``_existing`` does (a creation cut short).
-            _fsops.refuse_link(run_dir)
+            news = self.hub.inboxes.news  # before the look: a post after it moves the count
+            no_inbox = self._no_inbox(_fsops.unlinked_info(run_dir), news)
             if info.st_size == 0 and self._existing(run_id, wait=False) != run_dir:
                 raise StoreError(f"run {run_id} moved while it was locked")  # pragma: no cover
         except BaseException:
             with contextlib.suppress(StoreError):
                 _fsops.close(fd)
             raise
-        return fd, info
+        return fd, info, no_inbox
+
+    def _no_inbox(self, run_dir: os.stat_result | None, news: int) -> int | None:
+        """``news`` (``hub.inboxes.news`` taken before the ``lstat`` ``run_dir`` of a run's
+        directory) if that look says the run has no inbox, else None: its link count says it
+        has no subdirectory, on a file system whose counts say so, and posts are heard (a
+        post since then moves the count). The lease's first read of the inbox then lists
+        nothing unless the count moved (``LocalLease.read_inbox``)."""
+        if run_dir is None or run_dir.st_nlink != 2 or not self.hub.hearing():
+            return None
+        counted = self._counts_subdirectories
+        if counted is None:
+            counted = self._counts_subdirectories = _fsops.counts_subdirectories(self.root)
+        return news if counted else None
 
     def _acquire_once(
         self,
@@ -1227,6 +1245,8 @@ class LocalStore(Store):
         held: list[int] = []
         locked: os.stat_result | None = None
         """The journal's ``fstat`` as ``_lock_first`` took it, the lock held."""
+        inbox_news: int | None = None
+        """``_no_inbox``'s answer, from ``_lock_first``'s look at the run's directory."""
         if pre_locked is not None and (
             run_id in self._created or entry is None or self._lock_files
         ):  # pragma: no cover - a claim locks first only where ``_lock_first`` is the way
@@ -1250,7 +1270,7 @@ class LocalStore(Store):
                 run_dir = self._existing(run_id, wait=False)
             else:
                 held.append(first[0])
-                locked = first[1]
+                locked, inbox_news = first[1], first[2]
         else:
             run_dir = self._existing(run_id, wait=False)
         journal = run_dir + os.sep + JOURNAL_FILE
@@ -1352,6 +1372,7 @@ class LocalStore(Store):
                     device=info.st_dev,
                     run_dir=run_dir,
                     committer=committer,
+                    inbox_news=inbox_news,
                 )
             # Read whole once, under the lock: the record is rebuilt from the journal's ends when
             # there is no ``run.json``, and the driver's ``read_run`` gets its events.
@@ -1381,6 +1402,7 @@ class LocalStore(Store):
                 listed=entry,
                 committer=committer,
                 created=as_created,
+                inbox_news=inbox_news,
             )
         except BaseException:
             for fd in held:
