@@ -38,6 +38,23 @@ def test_a_step_left_running_by_a_stopped_run_is_interrupted() -> None:
     assert operations(journal, run_status="suspended")[0].status == "interrupted"
 
 
+def test_a_step_of_a_losing_select_branch_is_cancelled_by_the_decision() -> None:
+    """A step in a helper coroutine that lost a select ended with the decision: named in its
+    ``cancelled``, or (a journal of a wf that named there only losing steps themselves) in
+    its ``lost_ops``, the ids of the losing branches, which a replay never runs."""
+    started = [ev("step_started", 1.0, op=3, name="s", attempt=1)]
+    for decided in (
+        ev("select_decided", 2.0, op=2, name="select", index=0, cancelled=[3], lost_ops=[3]),
+        ev("select_decided", 2.0, op=2, name="select", index=0, lost_ops=[3]),
+    ):
+        [row] = operations([*started, decided], run_status="running")
+        assert (row.status, row.duration) == ("cancelled", 1.0)
+    done = ev("step_completed", 1.5, op=3, name="s", attempt=1, result=1)
+    lost = ev("select_decided", 2.0, op=2, name="select", index=0, lost_ops=[3])
+    [row] = operations([*started, done, lost], run_status="running")
+    assert row.status == "completed"  # it ended before the decision: as it ended
+
+
 def test_a_patch_marker_is_an_operation_of_its_own() -> None:
     """A replay meets the marker where it was recorded: the tables show it, so the operation
     numbers a divergence names match what people see."""

@@ -5,10 +5,14 @@ ids of what comes after the select."""
 from __future__ import annotations
 
 import asyncio
+import threading
+
+import pytest
 
 import wf
-from wf import Engine
+from wf import Engine, admin
 from wf.engine._replay_check import check_run
+from wf.store import Event
 from wf.testing import MockClock
 
 
@@ -100,5 +104,84 @@ async def test_a_winning_coroutine_beside_a_losing_one_replays_in_place(
 ) -> None:
     run = await wf.start(naps_race)
     assert await run.result(timeout=30) == "None after"
+    report = await check_run(wf_engine.store, run.id)
+    assert report.status == "ok", report.message
+
+
+_GATE = threading.Event()
+"""Holds the sync step below until the decision is in."""
+
+
+@wf.step
+async def waits_forever() -> str:
+    await asyncio.Event().wait()  # loses the race below: cancelled
+    return "never"
+
+
+@wf.step
+def waits_for_the_gate() -> str:
+    _GATE.wait(10)  # a thread runs on once its call is cancelled: its result is dropped
+    return "sync"
+
+
+async def step_then_nap(sync: bool) -> str:
+    got = await (waits_for_the_gate() if sync else waits_forever())
+    await wf.sleep(5)
+    return got
+
+
+async def step_then_nap_in_task(sync: bool) -> str:
+    return await asyncio.ensure_future(step_then_nap(sync))
+
+
+@wf.workflow
+async def hook_or_step(token: str, sync: bool, in_task: bool) -> str:
+    hook = wf.create_hook(str, token=token)
+    helper = step_then_nap_in_task(sync) if in_task else step_then_nap(sync)
+    got = await wf.first(hook.next(), helper)
+    await wf.sleep(86400)
+    return got
+
+
+async def _journal_until(store: wf.store.Store, run_id: str, kind: str) -> list[Event]:
+    for _ in range(500):
+        journal = await store.read_journal(run_id)
+        if any(event["type"] == kind for event in journal):
+            return journal
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no {kind} in the journal of {run_id}")
+
+
+def _step_statuses(detail: admin.RunDetail) -> dict[str, str]:
+    return {row.name: row.status for row in detail.steps if row.kind == "step"}
+
+
+@pytest.mark.parametrize("in_task", [False, True], ids=["coro", "task"])
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_step_in_a_losing_coroutine_branch_is_shown_cancelled(
+    wf_engine: Engine, mock_clock: MockClock, sync: bool, in_task: bool
+) -> None:
+    """The step the losing helper is in runs in a task of its own, which the branch's
+    cancellation reaches: the decision names it (``cancelled``), so it is not shown running
+    (or interrupted) while the run goes on, nor after the replay of the select."""
+    _GATE.clear()
+    mock_clock.autojump = False
+    token = f"step-{sync}-{in_task}"
+    run = await wf.start(hook_or_step, token, sync, in_task)
+    await _journal_until(wf_engine.store, run.id, "step_started")
+    await wf.resume_hook(token, "p")
+    journal = await _journal_until(wf_engine.store, run.id, "select_decided")
+    _GATE.set()
+    [decided] = [event for event in journal if event["type"] == "select_decided"]
+    [step] = [event["op"] for event in journal if event["type"] == "step_started"]
+    assert decided.get("cancelled") == [step]
+    assert (await run.settle(timeout=5)).status == wf.RunStatus.SUSPENDED
+    name = "waits_for_the_gate" if sync else "waits_forever"
+    detail = await admin.run_detail(wf_engine.store, run.id)
+    assert _step_statuses(detail) == {name: "cancelled"}
+    mock_clock.jump(86400)
+    assert await run.result(timeout=30) == "p"  # the replay does not run the loser
+    detail = await admin.run_detail(wf_engine.store, run.id)
+    assert _step_statuses(detail) == {name: "cancelled"}
     report = await check_run(wf_engine.store, run.id)
     assert report.status == "ok", report.message

@@ -68,6 +68,9 @@ def operations(
                 _apply_hook(hook, kind_of, ts)
         elif kind_of == "select_decided":
             _cancel_losers(rows, event.get("cancelled"), ts)
+            # Older journals name in ``cancelled`` only losing candidates that are steps: a
+            # step a losing helper coroutine was in is among the ``lost_ops`` all the same.
+            _cancel_losers(rows, event.get("lost_ops"), ts)
         elif kind_of == "child_finished":
             child = children.get(str(event.get("child")))
             if child is not None:
@@ -114,8 +117,9 @@ def operations(
 
 
 def _cancel_losers(rows: dict[int, Operation], ops: Any, ts: float) -> None:
-    """The steps a ``wf.select`` cancelled when it decided (its event's ``cancelled``): ended
-    then, never to run again (a replay does not start a loser)."""
+    """The steps a ``wf.select`` cancelled when it decided (its event's ``cancelled``, or
+    ``lost_ops``: the ops its losing helper coroutines took): ended then, never to run again
+    (a replay does not start a loser). One that had ended already is left as it ended."""
     for op in ops if isinstance(ops, list) else ():
         row = rows.get(op) if isinstance(op, int) else None
         if row is None or row.kind != "step" or row.status not in ("running", "retrying"):

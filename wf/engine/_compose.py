@@ -184,7 +184,7 @@ async def _select(
                 ctx.task_ops[f] for i, f in enumerate(futures) if i != winner and f in ctx.task_ops
             )
         decided_event = ctx.event("select_decided", op=op, name="select", index=winner)
-        losers = _losing_steps(ctx, futures, winner)
+        losers = _losing_steps(ctx, futures, branches, winner)
         if losers:
             decided_event["cancelled"] = losers
         lost_ops = _lost_ops(branches, winner)
@@ -219,17 +219,26 @@ def _lost_ops(branches: Sequence[SelectBranch | None], winner: int) -> list[int]
 
 
 def _losing_steps(
-    ctx: RunContext, futures: Sequence[asyncio.Future[Any]], winner: int
+    ctx: RunContext,
+    futures: Sequence[asyncio.Future[Any]],
+    branches: Sequence[SelectBranch | None],
+    winner: int,
 ) -> list[int]:
     """The operations of the steps still running that the decision cancels: journaled with it
     (``cancelled``), so ``wf inspect`` shows them cancelled rather than running until the run
-    ends (a sync step's thread runs on to its end, its result dropped)."""
+    ends (a sync step's thread runs on to its end, its result dropped). A losing candidate
+    that is a step is one; so is a step a losing helper coroutine is in (it runs in a task of
+    its own, which the branch's cancellation reaches), found among the ops the branch took."""
     by_task = {id(task): op for op, task in ctx.step_calls.items()}
-    return sorted(
+    losers = {
         by_task[id(future)]
         for index, future in enumerate(futures)
         if index != winner and not future.done() and id(future) in by_task
-    )
+    }
+    for index, branch in enumerate(branches):
+        if branch is not None and index != winner:
+            losers.update(op for op in branch.ops if op in ctx.step_calls)
+    return sorted(losers)
 
 
 async def _take_in_messages(ctx: RunContext) -> None:
