@@ -185,3 +185,63 @@ async def test_a_step_in_a_losing_coroutine_branch_is_shown_cancelled(
     assert _step_statuses(detail) == {name: "cancelled"}
     report = await check_run(wf_engine.store, run.id)
     assert report.status == "ok", report.message
+
+
+async def next_payload(hook: wf.Hook[str]) -> str:
+    return await hook.next()
+
+
+@wf.workflow
+async def helper_races_a_sleep(token: str) -> str | None:
+    hook = wf.create_hook(str, token=token)
+    return await wf.first(next_payload(hook), wf.sleep(45))
+
+
+async def test_a_helper_branch_decided_late_ended_when_its_operation_did(
+    mock_clock: MockClock,
+) -> None:
+    """The payload reached the store at +10 s while no driver ran; the drive at +100 s finds
+    the sleep over too: the helper ended at +10 s (its payload's), not when it was driven."""
+    store = wf.testing.MemoryStore()
+    mock_clock.autojump = False
+    async with wf.testing.TestEngine(store, mock_clock) as engine:
+        with engine.installed():
+            run = await wf.start(helper_races_a_sleep, "tok-select")
+            assert (await run.settle(timeout=30)).status == wf.RunStatus.SUSPENDED
+            mock_clock.jump(10)
+            await wf.resume_hook("tok-select", "p")
+            await engine.crash(run)
+    mock_clock.jump(90)
+    mock_clock.autojump = True
+    async with wf.testing.TestEngine(store, mock_clock) as engine:
+        with engine.installed():
+            assert await wf.get_run(run.id).result() == "p"
+
+
+async def block_awaits_an_earlier_sleep(seconds: float) -> str:
+    earlier = asyncio.ensure_future(wf.sleep(seconds))  # begun before the block
+    try:
+        async with wf.timeout(60):
+            await earlier
+        return "in time"
+    except TimeoutError:
+        return "timed out"
+
+
+@wf.workflow
+async def block_in_a_branch(seconds: float) -> str | None:
+    return await wf.first(block_awaits_an_earlier_sleep(seconds), wf.sleep(200))
+
+
+@pytest.mark.parametrize(("seconds", "seen"), [(45.0, "in time"), (90.0, "timed out")])
+async def test_a_block_in_a_helper_branch_counts_what_it_awaited(
+    wf_engine: Engine, mock_clock: MockClock, seconds: float, seen: str
+) -> None:
+    """A drive long after the sleep and the block's deadline ends the block when the sleep
+    it awaited did: the helper's awaits count for the block inside it."""
+    mock_clock.autojump = False
+    run = await wf.start(block_in_a_branch, seconds)
+    assert (await run.settle(timeout=30)).status == wf.RunStatus.SUSPENDED
+    mock_clock.jump(1000)
+    mock_clock.autojump = True
+    assert await run.result() == seen

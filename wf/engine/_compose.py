@@ -15,9 +15,15 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import RunContext, SelectBranch, require_run, select_branches
+from wf.engine._context import (
+    RunContext,
+    SelectBranch,
+    ends_into,
+    require_run,
+    select_branches,
+)
 from wf.engine._durations import due_after, wait_seconds
-from wf.engine._futures import OpCall, op_task, task_ended_at
+from wf.engine._futures import OpCall, note_awaited, op_task, task_ended_at
 from wf.engine._inbox import apply_messages
 from wf.engine._scopes import CancelScope, ScopeTimedOut, _current_scope, current_scope
 from wf.engine._step import Step
@@ -105,9 +111,22 @@ def select(*awaitables: Awaitable[Any]) -> Awaitable[tuple[int, Any]]:
 async def _start_select(
     ctx: RunContext, op: int, awaitables: Sequence[Awaitable[Any]]
 ) -> tuple[int, Any]:
+    # In the select's own task: the candidates' ends are theirs (``_branch``), not those of
+    # the branch the select is in (which its decision notes: ``_select``).
+    outer = ends_into.get()
+    token = ends_into.set(None)
     branches: list[SelectBranch | None] = []
     futures = [_branch(ctx, a, branches) for a in awaitables]
-    return await _select(ctx, op, futures, branches)
+    index, value = await _select(ctx, op, futures, branches)
+    ends_into.reset(token)
+    if outer is not None and outer.run is ctx:
+        ended = _ended_at(ctx, futures[index], branches[index])
+        outer.note_end(ctx.clock.now() if ended is None else ended)
+    won = branches[index]
+    if won is not None:  # what the winner awaited, the code awaiting the select awaited
+        for future in won.awaited:
+            note_awaited(future)
+    return index, value
 
 
 def _branch(
@@ -124,14 +143,35 @@ def _branch(
         branches.append(None)  # started by the caller: it runs on replay too
         return awaitable
     # A helper coroutine takes its op ids as it runs, in a task (and the tasks it starts) that
-    # notes them, so that a decision it loses journals them for replays to skip.
-    branch = SelectBranch(ctx)
+    # notes them, so that a decision it loses journals them for replays to skip; and the ends
+    # of its operations, so that it ended, by the durable clock, when the latest of them did.
+    branch = SelectBranch(ctx, current_scope())
     branches.append(branch)
     token = select_branches.set((*select_branches.get(), branch))
+    ends = ends_into.set(branch)
     try:
-        return asyncio.ensure_future(awaitable)
+        task = asyncio.ensure_future(awaitable)
     finally:
+        ends_into.reset(ends)
         select_branches.reset(token)
+    return task
+
+
+def _ended_at(
+    ctx: RunContext, future: asyncio.Future[Any], branch: SelectBranch | None
+) -> float | None:
+    """When candidate ``future`` ended by the durable clock, None if wf does not know. A
+    helper coroutine (``branch``) ended when the latest operation of its code, or operation
+    task it awaited (one begun before the select), did."""
+    at = ctx.done_at.get(future)
+    if at is not None or branch is None or not future.done():
+        return at
+    at = branch.ended_at
+    for awaited in branch.awaited:
+        ended = task_ended_at(ctx, awaited)
+        if ended is not None and (at is None or ended > at):
+            at = ended
+    return at
 
 
 async def _replayed_select(winner: int, awaitable: Awaitable[Any]) -> tuple[int, Any]:
@@ -162,7 +202,7 @@ async def _select(
             ctx.add_active(1)
             decided.set_result(None)
             if ctx.timed_blocks:
-                ctx.deciding[op] = (current_scope(), futures, loop.create_future())
+                ctx.deciding[op] = (current_scope(), futures, branches, loop.create_future())
 
     try:
         for future in futures:
@@ -176,12 +216,19 @@ async def _select(
             for future in futures:
                 future.cancel()
             raise
-        winner = _earliest(ctx, futures)
+        winner = _earliest(ctx, futures, branches)
         if ctx.timed_blocks:  # a block around it that a later drive ends ended no sooner
-            ctx.decided_at[op] = ctx.done_at.get(futures[winner], ctx.clock.now())
+            ended = _ended_at(ctx, futures[winner], branches[winner])
+            ctx.decided_at[op] = ctx.clock.now() if ended is None else ended
             # ... and no later for its losers' ends (a payload that came after the winner).
             ctx.dropped_ops.update(
                 ctx.task_ops[f] for i, f in enumerate(futures) if i != winner and f in ctx.task_ops
+            )
+            ctx.dropped_ops.update(
+                lost
+                for i, branch in enumerate(branches)
+                if branch is not None and i != winner
+                for lost in branch.ops
             )
         decided_event = ctx.event("select_decided", op=op, name="select", index=winner)
         losers = _losing_steps(ctx, futures, branches, winner)
@@ -201,7 +248,7 @@ async def _select(
             ctx.add_active(-1)
             entry = ctx.deciding.pop(op, None)
             if entry is not None:
-                entry[2].set_result(None)
+                entry[3].set_result(None)
     for index, future in enumerate(futures):
         if index != winner:
             future.cancel()
@@ -249,15 +296,32 @@ async def _take_in_messages(ctx: RunContext) -> None:
         await apply_messages(ctx, messages, live=True)
 
 
-def _earliest(ctx: RunContext, futures: Sequence[asyncio.Future[Any]]) -> int:
+def _earliest(
+    ctx: RunContext,
+    futures: Sequence[asyncio.Future[Any]],
+    branches: Sequence[SelectBranch | None],
+) -> int:
     """Index of the finished candidate that ended first by the durable clock."""
     now = ctx.clock.now()
-    done = [(index, future) for index, future in enumerate(futures) if future.done()]
-    for index, future in done:
+    done = [index for index, future in enumerate(futures) if future.done()]
+    for index in done:
+        future = futures[index]
         error = None if future.cancelled() else future.exception()
         if error is not None and not isinstance(error, Exception):
             return index  # a cancellation reaching a candidate is never lost in a race
-    return min(done, key=lambda pair: (ctx.done_at.get(pair[1], now), pair[0]))[0]
+    return min(done, key=lambda index: (_ending(ctx, futures, branches, index, now), index))
+
+
+def _ending(
+    ctx: RunContext,
+    futures: Sequence[asyncio.Future[Any]],
+    branches: Sequence[SelectBranch | None],
+    index: int,
+    now: float,
+) -> float:
+    """When finished candidate ``index`` ended by the durable clock (unknown: ``now``)."""
+    at = _ended_at(ctx, futures[index], branches[index])
+    return now if at is None else at
 
 
 async def _first(selection: Awaitable[tuple[int, Any]]) -> Any:
@@ -528,10 +592,15 @@ async def _earlier_outcomes(ctx: RunContext, scope: CancelScope, until: float) -
         now = ctx.clock.now()
         selects = [
             done
-            for where, candidates, done in ctx.deciding.values()
+            for where, candidates, branches, done in ctx.deciding.values()
             if not done.done()
             and scope.contains(where, ctx.root_scope)
-            and min(ctx.done_at.get(f, now) for f in candidates if f.done()) < until
+            and min(
+                _ending(ctx, candidates, branches, index, now)
+                for index, candidate in enumerate(candidates)
+                if candidate.done()
+            )
+            < until
         ]
         if not selects:
             return

@@ -53,15 +53,39 @@ class SelectBranch:
     run: RunContext
     """The run whose select it is: a run started from the branch (a child driven in this
     process, whose task inherits the context) takes its own ids."""
+    scope: CancelScope | None = None
+    """The timeout scope around the select: the blocks inside the branch are its code's."""
     ops: list[int] = dataclasses.field(default_factory=list)
     lost: bool = False
     """Set by the decision: the branch is being cancelled and takes no more op ids."""
+    awaited: list[asyncio.Future[Any]] = dataclasses.field(default_factory=list)
+    """The operation futures the branch's code awaited (``_futures.note_awaited``): a timeout
+    block around the select ended no sooner than those of its winner (``_compose._select``),
+    and is not held open by those of a loser."""
+    ended_at: float | None = None
+    """When, by the durable clock, the latest operation whose outcome came in the branch's
+    code ended (``RunContext.mark_done_at``, a replayed step's recorded end): when the branch
+    ended, once its task is done (its code takes no durable time of its own). None while
+    none has ended."""
+
+    def note_end(self, at: float) -> None:
+        """An operation of the branch's code ended at ``at`` by the durable clock."""
+        if self.ended_at is None or at > self.ended_at:
+            self.ended_at = at
 
 
 select_branches: contextvars.ContextVar[tuple[SelectBranch, ...]] = contextvars.ContextVar(
     "wf_select_branches", default=()
 )
 """The select branches the running code is part of (inner selects nest in outer branches)."""
+
+ends_into: contextvars.ContextVar[SelectBranch | None] = contextvars.ContextVar(
+    "wf_ends_into", default=None
+)
+"""The innermost select branch the running code is part of, which the ends of its operations
+are noted in (``SelectBranch.ended_at``); None outside one, and in the tasks a select starts
+for candidates that are wf operations (an inner select's losers are no end of the branch
+around it: the inner decision notes its winner's end)."""
 
 # The journal schema (``wf._events``): which events open an operation, and the fields each kind
 # must have.
@@ -256,12 +280,18 @@ class RunContext:
         self.delivery_marks: dict[int, tuple[str, int | None]] = {}
         self.deciding: dict[
             int,
-            tuple[CancelScope | None, Sequence[asyncio.Future[Any]], asyncio.Future[None]],
+            tuple[
+                CancelScope | None,
+                Sequence[asyncio.Future[Any]],
+                Sequence[SelectBranch | None],
+                asyncio.Future[None],
+            ],
         ] = {}
         """Selects deciding (an outcome in, the winner not yet recorded) while a ``wf.timeout``
-        block is open, by op: their scope, their candidates, and a future done once they
-        decided. A block's timer lets those with an outcome that ended before its deadline
-        by the durable clock decide first (``_compose._expire``)."""
+        block is open, by op: their scope, their candidates, the helper coroutines among them
+        (``SelectBranch``, None for the others), and a future done once they decided. A
+        block's timer lets those with an outcome that ended before its deadline by the durable
+        clock decide first (``_compose._expire``)."""
         self.task_ops: dict[asyncio.Future[Any], int] = {}
         """While a ``wf.timeout`` block is open: the operation each task that noted its end
         (``mark_done_at``) ran, so a select can name the operations it dropped."""
@@ -1027,6 +1057,9 @@ class RunContext:
         task = asyncio.current_task(self.loop)
         if task is not None:
             self.done_at[task] = at
+        branch = ends_into.get()
+        if branch is not None and branch.run is self:
+            branch.note_end(at)
         if op is not None and self.timed_blocks:
             self.decided_at[op] = at
             if task is not None:

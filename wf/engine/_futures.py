@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import RunContext, current_run, user_site
+from wf.engine._context import RunContext, current_run, ends_into, user_site
 from wf.engine._scopes import current_scope
 
 T = TypeVar("T")
@@ -89,18 +89,22 @@ class OpTask(asyncio.Task[T]):
         super().add_done_callback(fn, context=context)
 
     def __await__(self) -> Generator[Any, None, T]:
-        _note_awaited(self)
+        note_awaited(self)
         return super().__await__()
 
 
-def _note_awaited(future: asyncio.Future[Any]) -> None:
+def note_awaited(future: asyncio.Future[Any]) -> None:
     """``future`` is awaited (done already or not) in the awaiting code's context: the timeout
-    blocks around that await ended no sooner than it did (``timeout._durable_end``)."""
+    blocks around that await ended no sooner than it did (``timeout._durable_end``); in a
+    select's helper coroutine, once it has won (``SelectBranch.awaited``)."""
+    branch = ends_into.get()
     scope = current_scope()
-    while scope is not None:
+    while scope is not None and (branch is None or scope is not branch.scope):
         if scope.awaited is not None:
             scope.awaited.append(future)
         scope = scope.parent
+    if branch is not None:  # the blocks around the select: once the branch has won
+        branch.awaited.append(future)
 
 
 def task_ended_at(ctx: RunContext, task: asyncio.Future[Any]) -> float | None:
@@ -354,7 +358,7 @@ class OpCall(Coroutine[Any, Any, T]):
             else:
                 self._future = start()
                 # Not the task's own ``__await__``: started for ``wf.select`` (``future``), the
-                # operation is not awaited by the code here (``_note_awaited``).
+                # operation is not awaited by the code here (``note_awaited``).
                 self._iter = asyncio.Future.__await__(self._future)
         return self._iter
 
@@ -364,7 +368,7 @@ class OpCall(Coroutine[Any, Any, T]):
         self._awaited = True
         awaited = self._iterator()
         if self._future is not None:
-            _note_awaited(self._future)
+            note_awaited(self._future)
         return awaited
 
     def future(self) -> asyncio.Future[T]:
@@ -455,7 +459,7 @@ class RecordedCall(OpCall[T]):
 
     Awaited outside any timeout block, it gives the value with no future around it: making,
     settling and awaiting a finished future was 6% of a replayed step. A block needs the
-    future, timed by the step's recorded end (``_note_awaited``, ``timeout._durable_end``), and so
+    future, timed by the step's recorded end (``note_awaited``, ``timeout._durable_end``), and so
     does ``future()`` (``wf.select``); both get one.
     """
 
@@ -483,6 +487,9 @@ class RecordedCall(OpCall[T]):
                 _refuse_inline_wait_for(self)
             self._start = None  # awaited from here on, even if the value no longer decodes
             value = self._decode(self._data)
+            branch = ends_into.get()
+            if branch is not None and self.wf_ended_at is not None and branch.run is self._run:
+                branch.note_end(self.wf_ended_at)  # a select's branch ended no sooner
             if own_future or current_scope() is not None:
                 # Timed: a block decided by this drive ends no sooner than the step did.
                 self._future = op_done(value)
