@@ -833,8 +833,9 @@ class LocalStore(Store):
         # far that read found the journal written is the fingerprint's (a result() of an ended
         # run read its tail twice). That read is no older than the look: a change made since
         # the read still shows, one made between the look and the read shows too (its mtime)
-        # though the record has it already. Any other read (a ``run.json`` made meanwhile,
-        # which shows by itself) leaves the tail to be read after it, as before.
+        # though the record has it already. Any other read (a ``run.json`` made meanwhile)
+        # gives no length: -1 matches none, so the next wait looks again at once (a length
+        # read after the read could already hold an append the record lacks).
         journal = run_dir + os.sep + JOURNAL_FILE
         _journal.last_written(journal)  # what an earlier read left is not this one's
         try:
@@ -846,7 +847,7 @@ class LocalStore(Store):
             )
         finally:
             written = _journal.last_written(journal)
-            self._remember_look(run_id, run_dir, look, written)
+            self._remember_look(run_id, run_dir, look, -1 if written is None else written)
 
     async def list_runs(
         self,
