@@ -559,7 +559,7 @@ class LocalStore(Store):
                 try:
                     os.rename(run_dir, staging)
                 except OSError:
-                    pass  # the run stays, counted
+                    pass  # the run stays (counted if its count was made; verify repairs)
                 else:
                     self._take_back(record)
                     if count == [None]:
