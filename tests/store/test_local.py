@@ -1258,6 +1258,37 @@ async def test_a_claim_passes_over_runs_listed_running_once_another_driver_is_me
         await other.close()
 
 
+async def test_runs_listed_running_past_the_cap_are_still_tried_after_the_pause(
+    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With more runs listed running than ``Hub.listed_running`` holds, a run whose driver
+    died is still tried once ``HELD_RETRY`` has passed, while other runs fill every claim:
+    the memory forgets only runs it has held long, not all of them at each claim."""
+    monkeypatch.setattr(local_store_module, "LISTED_RUNNING_MAX", 2)
+    held_run = await created(local)
+    await save(local, held_run, RunStatus.RUNNING)
+    orphans = [await created(local) for _ in range(3)]
+    for run in orphans:
+        await save(local, run, RunStatus.RUNNING)  # listed running, its lock free
+    pending = [await created(local) for _ in range(15)]
+    fd = os.open(os.path.join(local.run_dir(held_run.id), "journal.jsonl"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another worker's live drive
+    other = LocalStore(root)
+    leases = []
+    try:
+        for _ in range(12):  # each claim is filled by a pending run if nothing else
+            leases += await other.claim(time.time() + 1, 1)
+            await asyncio.sleep(0.1)
+        taken = {lease.run_id for lease in leases}
+        assert {run.id for run in orphans} <= taken
+        assert len(taken & {run.id for run in pending}) < 12
+    finally:
+        for lease in leases:
+            await lease.release()
+        os.close(fd)
+        await other.close()
+
+
 def _noting_journal_reads(journal: str) -> tuple[list[str], dict[str, Callable[..., Any]]]:
     """``os.open``, ``os.fstat`` and ``os.pread`` stand-ins (by name) that note each
     ``fstat`` and ``pread`` of a descriptor open on ``journal``, and the list they note in."""

@@ -141,8 +141,11 @@ _COME_BACK = (("", "", False),)
 """What ``LocalStore.claim`` puts between the queue's order and the runs it passed over."""
 
 LISTED_RUNNING_MAX = 10_000
-"""Runs ``Hub.listed_running`` remembers at most (all are forgotten past it: each is then
-passed over once more, for ``HELD_RETRY``)."""
+"""Runs ``Hub.listed_running`` holds before those it has held ``LISTED_RUNNING_FORGET`` seconds
+are forgotten (each is then passed over once more, for ``HELD_RETRY``)."""
+
+LISTED_RUNNING_FORGET = 60.0
+"""Seconds after which ``Hub.listed_running`` may forget a run, once past its size."""
 
 HELD_RETRIES = 200
 """Runs found held a claim tries again at most, those tried longest ago first. With thousands
@@ -1472,7 +1475,11 @@ class LocalStore(Store):
         # (an orphan's listing says running too: its lock decides).
         listed = self.hub.listed_running
         if len(listed) > LISTED_RUNNING_MAX:
-            listed.clear()
+            # Forget those passed over long ago (mostly runs that ended elsewhere, never looked
+            # at again): clearing them all made every run first passed over again by each
+            # claim while more than the cap were listed running, an orphan among them for good.
+            for run_id in [r for r, at in listed.items() if clock - at >= LISTED_RUNNING_FORGET]:
+                del listed[run_id]
         look = bool(memory)
         running: dict[str, frozenset[str]] = {}
         passed: list[tuple[str, str, bool]] = []
