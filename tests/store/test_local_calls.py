@@ -440,33 +440,3 @@ async def test_a_claimed_run_never_posted_to_lists_no_inbox_at_its_drive_s_first
             await lease.release()
     finally:
         await other.close()
-
-
-async def test_a_claimed_run_s_status_entry_is_checked_by_its_first_status_change(
-    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A claim's lease does not ``stat`` the run's ``by-status/`` entry: the save that changes
-    the run's status renames it, and a rename that finds it missing (lost to a crash) makes it
-    and drops any stray one, as the lease's look did. A lease given back without such a save
-    looks at release. Either way the entry is back under the run's status."""
-    moved, kept = await created(local), await created(local)
-    for run in (moved, kept):
-        [entry] = (root / "by-status" / "pending").rglob(f"*{run.id}*")
-        entry.unlink()  # a rename lost to a crash
-    other = LocalStore(root)  # another worker: it created none of the runs
-    try:
-        with Noted(monkeypatch) as noted:
-            leases = {lease.run_id: lease for lease in await other.claim(time.time() + 1, 2)}
-        by_status = str(root / "by-status") + os.sep
-        assert [path for (_call, path) in noted.calls if path.startswith(by_status)] == []
-        moved.status = RunStatus.RUNNING
-        await leases[moved.id].save(moved)
-        await leases[moved.id].release()
-        await leases[kept.id].release()
-        assert [p.name for p in (root / "by-status").rglob(f"*{moved.id}*") if p.is_file()] == [
-            os.path.basename(str(next((root / "index").rglob(f"*{moved.id}*"))))
-        ]
-        assert "+running+" in next((root / "by-status" / "running").rglob(f"*{moved.id}*")).name
-        assert [p.parts[-4] for p in (root / "by-status").rglob(f"*{kept.id}*")] == ["pending"]
-    finally:
-        await other.close()

@@ -164,8 +164,6 @@ class LocalLease(Lease):
         self._released = False
         self._inbox_news = inbox_news
         """Until the first read of the inbox: see ``read_inbox``."""
-        self._status_unchecked = False
-        """Whether the run's ``by-status/`` entry is yet to be checked (``_reconcile``)."""
         self._settle = settle
         # On failure here the caller (``try_acquire``) closes the descriptors it handed over.
         # Where the content ends (the next append's offset), and the file's length.
@@ -423,9 +421,6 @@ class LocalLease(Lease):
             store.index.set(self._seq, self.run_id, new_index, self._index, sync=False)
             store.counters.move(index_status(self._index), record.status.value)
             self._index = new_index
-            self._status_unchecked = False  # renamed, or made if it was missing
-        else:
-            self._check_status()
         changed = False
         # An unchanged due entry is there already: the lease made sure of it (``_reconcile``,
         # or creation wrote it), and while it is held only posts touch it, renaming over it.
@@ -510,20 +505,7 @@ class LocalLease(Lease):
             changed |= queue.add(self._now, self.run_id)
         if changed:
             queue.sync()
-        if entered:
-            # The index entry is there: its ``by-status/`` twin is checked by the first save
-            # that changes the status (a rename that, finding it missing, makes it and drops
-            # strays), or by the next save or the release (``_check_status``): one ``stat``
-            # fewer per lease, the same repair.
-            self._status_unchecked = True
-            return
         self._store.index.set(self._seq, self.run_id, self._index, self._index, there=entered)
-
-    def _check_status(self) -> None:
-        """Bring the run's ``by-status/`` entry back if a crash lost it (``_reconcile``)."""
-        if self._status_unchecked:
-            self._status_unchecked = False
-            self._store.index.set(self._seq, self.run_id, self._index, self._index, there=True)
 
     # -- inbox ----------------------------------------------------------------------------
 
@@ -586,8 +568,6 @@ class LocalLease(Lease):
         for writer in self._streams.values():
             fds += [(writer.data_fd, writer.data_path), (writer.idx_fd, writer.idx_path)]
         try:
-            if self._broken is None:
-                self._check_status()  # not saved since the lease was taken
             for fd, path in fds:
                 if committer.is_dirty(fd) and self._broken is None:
                     await self._commit(fd, path)
