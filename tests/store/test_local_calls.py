@@ -22,7 +22,6 @@ from wf.engine._current import use_engine
 from wf.engine._engine import Engine
 from wf.store import RunStatus
 from wf.store.local import LocalStore, _fsops, _store
-from wf.store.local._layout import NOW, queue_name
 
 
 class Noted:
@@ -360,40 +359,6 @@ async def test_a_start_s_first_drive_asks_for_no_random_bytes(
         assert await run.result() == 1
     assert made == []
     assert "drive" not in str(await local.read_journal(run.id))
-
-
-async def test_a_claimed_grouped_run_s_lease_removes_no_untagged_entry_it_does_not_know(
-    local: LocalStore, root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A run in a group has tagged queue entries only; an untagged due-now entry of it could
-    only come from an older wf's post. Its lease removes one that the claim's view of
-    ``queue/`` knows of, and tries no ``unlink`` of one it does not (it was one failed system
-    call of every grouped run's lease)."""
-    run = await created(local, group="g")
-    untagged = queue_name(NOW, run.id)
-    other = LocalStore(root)  # another worker: it created none of the runs
-    try:
-        unlinked: list[str] = []
-        real = os.unlink
-
-        def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
-            unlinked.append(os.path.basename(str(path)))
-            real(path, *args, **kwargs)
-
-        monkeypatch.setattr(os, "unlink", unlink)
-        [lease] = await other.claim(time.time() + 1, 1)
-        await lease.release()
-        assert untagged not in unlinked
-        # One an older wf left, listed by the view: the next lease removes it.
-        (root / "queue" / untagged).touch()
-        other.queue.resync()
-        [lease] = await other.claim(time.time() + 1, 1)
-        await lease.release()
-        monkeypatch.undo()
-        assert untagged in unlinked
-        assert not (root / "queue" / untagged).exists()
-    finally:
-        await other.close()
 
 
 async def _hearing(root: Path) -> LocalStore:

@@ -474,12 +474,11 @@ class LocalLease(Lease):
         ``entered``: whether the run's index entry is there under the record's status, if the
         caller has just looked (the lock held since).
 
-        Queue entries seen by this process's last ``due_runs`` are known by name (an untagged
-        one an older wf's post left among them); others can only be the run's due-now entry
-        (``_now``: a pending or running run's, and a post's mark) or the one its record
-        implies. A post writes its message *before* its due-now entry, and we check the inbox
-        *after* removing that entry, so between us a message never ends up without its run
-        being due.
+        Queue entries seen by this process's last ``due_runs`` are known by name; others can
+        only be the run's due-now entry (``_now``: a pending or running run's, and a post's
+        mark), an untagged one an older wf's post left, or the one its record implies. A post
+        writes its message *before* its due-now entry, and we check the inbox *after* removing
+        that entry, so between us a message never ends up without its run being due.
         """
         queue = self._store.queue
         expected = {self._due} if self._due is not None else set()
@@ -489,10 +488,7 @@ class LocalLease(Lease):
             # Kept for a message in the inbox. (A pending or running run keeps it anyway: it
             # is the entry its record implies, so its inbox is not looked at for it.)
             keep.add(now_name)
-        # An older wf's untagged due-now entry of a tagged run goes once the view knows it
-        # (``queue/`` is listed at least once a second): until then it only makes the run due,
-        # a harmless look, and no ``unlink`` that nearly always fails is tried per lease.
-        known = queue.known_names(self.run_id) | {now_name}
+        known = queue.known_names(self.run_id) | {now_name, queue_name(NOW, self.run_id)}
         changed = removed_now = False
         for name in known - keep:
             if queue.remove_name(name):
