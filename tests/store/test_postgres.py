@@ -2042,7 +2042,7 @@ async def test_a_lock_scan_that_fails_on_a_live_connection_keeps_it_and_its_leas
         lease = await acquire(store, kept.id)
         lost: list[BaseException] = []
         lease.on_lost(lost.append)
-        await created(store)
+        second = await created(store)
         locks = store._session.locks  # type: ignore[union-attr]
         conn, generation = locks._conn, locks.generation
         assert conn is not None
@@ -2058,6 +2058,11 @@ async def test_a_lock_scan_that_fails_on_a_live_connection_keeps_it_and_its_leas
         await asyncio.sleep(locks.check_interval + 0.5)  # the watchdog finds it fine too
         assert lost == []
         await conn.execute("SET statement_timeout = 0")
+        # What the failed scan was granted before the timeout went back: a session's advisory
+        # lock outlives its statement, and the second run was locked by no lease for good.
+        taken = await other.try_acquire(second.id)
+        assert taken is not None, "the failed scan kept the lock of a run no lease holds"
+        await taken.release()
         await lease.release()
     finally:
         await store.close()

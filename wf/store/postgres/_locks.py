@@ -204,7 +204,7 @@ class Locks:
             attempt.add_done_callback(lambda done: self._abandoned(run_id, key, done))
             raise
         except BaseException:
-            self._reserved.discard(run_id)
+            self._give_back([(run_id, key)])
             raise
         if generation is None:
             self._reserved.discard(run_id)
@@ -250,7 +250,7 @@ class Locks:
             attempt.add_done_callback(lambda done: self._abandoned_scan(free, done, _one_granted))
             raise
         except BaseException:
-            self._reserved.difference_update(names)
+            self._give_back(free)
             raise
         if found is None:
             self._reserved.difference_update(names)
@@ -339,7 +339,7 @@ class Locks:
             attempt.add_done_callback(lambda done: self._abandoned_scan(free, done, _as_granted))
             raise
         except BaseException:
-            self._reserved.difference_update(names)
+            self._give_back(free)
             raise
         indices, generation = found
         taken = set(indices)
@@ -401,6 +401,19 @@ class Locks:
                 asyncio.get_running_loop().create_task(self.unlock(name, generation))
             else:
                 self._reserved.discard(name)
+
+    def _give_back(self, free: list[tuple[str, int]]) -> None:
+        """A lock-taking statement failed: hand back every lock it tried. One that failed on a
+        live connection (a statement timeout, a cancel from the server) may have been granted
+        some before it failed, and a session's advisory lock outlives its statement: kept by no
+        lease, it would keep its run (or place) from every other process until the connection
+        closed. None of them is a lease's (the names are reserved; an unlock of a lock the
+        session does not hold changes nothing), and on a lost connection there is nothing to
+        give back (``unlock`` looks at the generation)."""
+        generation = self.generation
+        for name, key in free:
+            self._held[name] = key
+            asyncio.get_running_loop().create_task(self.unlock(name, generation))
 
     def _abandoned(self, run_id: str, key: int, attempt: asyncio.Task[int | None]) -> None:
         """A lock attempt whose caller was cancelled has ended: give back what it was granted.
