@@ -326,9 +326,11 @@ class Run(Generic[T]):
 async def start_now(store: Store, run_id: str, name: str, start: int) -> int:
     """``start`` as a reader that is about to wait for stream ``name`` takes it: one from the
     end (< 0) of a stream not open yet is 0, the last chunks there are now being none (counted
-    once the stream is open, it gave the last of the chunks written meanwhile). Any other is
-    unchanged: the store counts an open stream's end as it begins to read."""
-    if start < 0 and not (await find_stream(store, run_id, name))[0]:
+    once the stream is open, it gave the last of the chunks written meanwhile); so is one of an
+    open stream with no chunk yet. Any other is unchanged: the store counts an open stream's end
+    as it begins to read. One stream's count, not the run's list (a webhook run has a reply
+    stream a delivery)."""
+    if start < 0 and (await store.stream_info(run_id, name))[0] == 0:
         return 0
     return start
 
