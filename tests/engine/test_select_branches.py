@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
 
@@ -245,3 +246,41 @@ async def test_a_block_in_a_helper_branch_counts_what_it_awaited(
     mock_clock.jump(1000)
     mock_clock.autojump = True
     assert await run.result() == seen
+
+
+@wf.step
+async def kilobyte(i: int) -> str:
+    return "x" * 1000
+
+
+async def many_steps() -> str:
+    for i in range(50):
+        await asyncio.ensure_future(kilobyte(i))
+    return "done"
+
+
+@wf.workflow
+async def loops_on_steps() -> str:
+    return str(await wf.first(many_steps(), wf.sleep(10**6)))
+
+
+async def test_a_helper_outside_any_block_keeps_none_of_its_own_operations_outcomes(
+    wf_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no timeout block around the select, a helper's own operations' futures (their
+    ends noted as they come) are not kept until it decides: a helper looping on steps kept
+    each one's outcome for as long as the select waited."""
+    from wf.engine import _compose
+
+    held: list[int] = []
+    ended_at = _compose._ended_at
+
+    def noting(ctx: Any, future: Any, branch: Any) -> Any:
+        if branch is not None:
+            held.append(len(branch.awaited))
+        return ended_at(ctx, future, branch)
+
+    monkeypatch.setattr(_compose, "_ended_at", noting)
+    run = await wf.start(loops_on_steps)
+    assert await run.result(timeout=60) == "done"
+    assert held == [0]

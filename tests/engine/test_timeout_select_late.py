@@ -159,3 +159,40 @@ async def test_a_helper_branch_in_a_block_resumed_by_its_payload(
         await wf.resume_hook(f"tok-{how}", "p")
     mock_clock.autojump = True
     assert await run.result() == by_the_durable_clock(seconds, payload_at)
+
+
+async def nap_then(task: Awaitable[str]) -> str:
+    await wf.sleep(1)
+    return await task
+
+
+@wf.workflow
+async def helper_awaits_a_caller_task(token: str) -> str:
+    hook = wf.create_hook(str, token=token)
+    task = asyncio.ensure_future(next_payload(hook))
+    return str(await wf.first(nap_then(task), wf.sleep(45)))
+
+
+async def test_a_helper_awaiting_a_caller_task_did_not_end_with_its_own_operation(
+    mock_clock: MockClock,
+) -> None:
+    """A helper that ran an operation of its own and then awaited a task the caller made
+    ended no sooner than that task, whose end wf does not know: judged by its own nap's end
+    (+1 s), a late drive made it beat the sleep of 45 s with a payload that came at +100 s."""
+    store = wf.testing.MemoryStore()
+    mock_clock.autojump = False
+    async with wf.testing.TestEngine(store, mock_clock) as engine:
+        with engine.installed():
+            run = await wf.start(helper_awaits_a_caller_task, "tok")
+            for _ in range(100):  # to the nap: the run waits on it, not suspended
+                await asyncio.sleep(0.01)
+            mock_clock.jump(2.0)
+            assert (await run.settle(timeout=30)).status == wf.RunStatus.SUSPENDED
+            mock_clock.jump(98.0)
+            await wf.resume_hook("tok", "p")
+            await engine.crash(run)
+    mock_clock.jump(1000)
+    mock_clock.autojump = True
+    async with wf.testing.TestEngine(store, mock_clock) as engine:
+        with engine.installed():
+            assert await wf.get_run(run.id).result() == "None"

@@ -169,7 +169,12 @@ def _ended_at(
     at = branch.ended_at
     for awaited in branch.awaited:
         ended = task_ended_at(ctx, awaited)
-        if ended is not None and (at is None or ended > at):
+        if ended is None:
+            made_here = getattr(awaited, "wf_branch", None) is branch  # its ends are the branch's
+            if awaited.done() and not awaited.cancelled() and not made_here:
+                return None  # made before the select, it ended when wf does not know
+            continue
+        if at is None or ended > at:
             at = ended
     return at
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 from wf._exceptions import UsageError
-from wf.engine._context import RunContext, current_run, ends_into, user_site
+from wf.engine._context import RunContext, SelectBranch, current_run, ends_into, user_site
 from wf.engine._scopes import current_scope
 
 T = TypeVar("T")
@@ -84,6 +84,10 @@ def _refuse_inline_wait_for(call: OpCall[Any]) -> None:
 class OpTask(asyncio.Task[T]):
     """A task created by workflow code (or executing an operation)."""
 
+    wf_branch: SelectBranch | None = None
+    """The select branch (helper coroutine) whose code made it, if one did: the ends of its
+    operations are that branch's (``ends_into``), so when it ended is known there."""
+
     def add_done_callback(self, fn: Callable[[Any], object], *, context: Any = None) -> None:
         _refuse_racing_helpers()
         super().add_done_callback(fn, context=context)
@@ -103,7 +107,12 @@ def note_awaited(future: asyncio.Future[Any]) -> None:
         if scope.awaited is not None:
             scope.awaited.append(future)
         scope = scope.parent
-    if branch is not None:  # the blocks around the select: once the branch has won
+    if branch is None or branch.run is not current_run():  # a child run's code: its own
+        return
+    # Kept for the blocks around the select (once the branch has won: ``_select``), and, for
+    # when the branch ended, a task made outside it (``_compose._ended_at``): none else, or a
+    # helper looping on its operations kept each one's outcome until the select decided.
+    if branch.scope is not None or getattr(future, "wf_branch", None) is not branch:
         branch.awaited.append(future)
 
 
@@ -133,7 +142,11 @@ def _task_factory(
         return asyncio.Task(coro, loop=loop, context=context, **kwargs)
     if isinstance(coro, types.CoroutineType):  # not an OpCall: it runs inline in its task
         coro = _Contained(coro)
-    return OpTask(coro, loop=loop, context=context, **kwargs)
+    task = OpTask(coro, loop=loop, context=context, **kwargs)
+    branch = context.get(ends_into) if context is not None else ends_into.get()
+    if branch is not None:
+        task.wf_branch = branch
+    return task
 
 
 def workflow_task(
