@@ -17,6 +17,18 @@ from wf import Engine
 from wf.testing import MockClock
 
 
+async def result_of_a_late_drive(
+    store: wf.testing.MemoryStore, clock: MockClock, run_id: str
+) -> Any:
+    """The run's result, driven again by a new engine long after its sleeps and deadline (its
+    first driver crashed): the drive that decides comes late."""
+    clock.jump(1000)
+    clock.autojump = True
+    async with wf.testing.TestEngine(store, clock) as engine:
+        with engine.installed():
+            return await wf.get_run(run_id).result()
+
+
 @pytest.mark.parametrize(
     ("seconds", "payload_at", "seen"),
     [
@@ -40,11 +52,7 @@ async def test_a_select_in_a_block_resumed_late_is_decided_by_the_durable_clock(
                 mock_clock.jump(payload_at)
                 await wf.resume_hook("tok", "p")
             await engine.crash(run)  # no driver until long after the sleep and the deadline
-    mock_clock.jump(1000)
-    mock_clock.autojump = True
-    async with wf.testing.TestEngine(store, mock_clock) as engine:
-        with engine.installed():
-            assert await wf.get_run(run.id).result() == seen
+    assert await result_of_a_late_drive(store, mock_clock, run.id) == seen
 
 
 @pytest.mark.parametrize(("seconds", "seen"), [(45.0, "in time (None)"), (120.0, "timed out")])
@@ -130,11 +138,7 @@ async def test_a_helper_branch_in_a_block_resumed_late_is_decided_by_the_durable
                 mock_clock.jump(payload_at)
                 await wf.resume_hook("tok", "p")
             await engine.crash(run)
-    mock_clock.jump(1000)
-    mock_clock.autojump = True
-    async with wf.testing.TestEngine(store, mock_clock) as engine:
-        with engine.installed():
-            seen = await wf.get_run(run.id).result()
+    seen = await result_of_a_late_drive(store, mock_clock, run.id)
     assert seen == by_the_durable_clock(seconds, payload_at)
 
 
@@ -191,8 +195,4 @@ async def test_a_helper_awaiting_a_caller_task_did_not_end_with_its_own_operatio
             mock_clock.jump(98.0)
             await wf.resume_hook("tok", "p")
             await engine.crash(run)
-    mock_clock.jump(1000)
-    mock_clock.autojump = True
-    async with wf.testing.TestEngine(store, mock_clock) as engine:
-        with engine.installed():
-            assert await wf.get_run(run.id).result() == "None"
+    assert await result_of_a_late_drive(store, mock_clock, run.id) == "None"
