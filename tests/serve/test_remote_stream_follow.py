@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 import pytest
@@ -127,6 +127,22 @@ async def test_bytes_in_parts_come_as_they_arrive_and_read_on_inside_a_chunk(
     assert _starts(proxy, run_id) == ["0", "1"], proxy.log  # the big chunk again, not a0
 
 
+async def _followed_while(
+    admin: HttpAdmin, run_id: str, start: int, meanwhile: Coroutine[Any, Any, None]
+) -> list[bytes]:
+    """Every chunk a follow of the run's stream from ``start`` reads while ``meanwhile`` (a
+    restart of the server) runs beside it."""
+    got: list[bytes] = []
+    beside = asyncio.ensure_future(meanwhile)
+    try:
+        async with asyncio.timeout(30):
+            async for chunk in admin.follow_stream(run_id, start=start, follow=True):
+                got.append(chunk)
+    finally:
+        await beside
+    return got
+
+
 @pytest.mark.parametrize("start", [0, -1])
 async def test_a_follow_that_received_nothing_yet_rides_out_a_restart(
     live: Api, proxy: CuttingProxy, start: int
@@ -139,7 +155,6 @@ async def test_a_follow_that_received_nothing_yet_rides_out_a_restart(
     then = ["b0", "b1"]
     run_id = await live.start("gated_stream", {"token": token, "first": [], "then": then})
     admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
-    got: list[bytes] = []
 
     async def restart_once_asked() -> None:
         await _answered(proxy, run_id)
@@ -147,13 +162,7 @@ async def test_a_follow_that_received_nothing_yet_rides_out_a_restart(
         await proxy.bounce(0.2)
         gate.set()
 
-    restart = asyncio.ensure_future(restart_once_asked())
-    try:
-        async with asyncio.timeout(30):
-            async for chunk in admin.follow_stream(run_id, start=start, follow=True):
-                got.append(chunk)
-    finally:
-        await restart
+    got = await _followed_while(admin, run_id, start, restart_once_asked())
     assert got == [c.encode() for c in then]
     # Asked again from ``start``, or from the chunk the server said ``start`` from the end is.
     assert _starts(proxy, run_id)[:2] == [str(start), str(max(start, 0))], proxy.log
@@ -172,7 +181,6 @@ async def test_a_start_from_the_end_of_a_stream_not_written_yet_is_its_first_chu
     then = ["b0", "b1", "b2"]
     run_id = await live.start("gated_stream", {"token": token, "first": [], "then": then})
     admin = HttpAdmin(RemoteClient(proxy.url, timeout=30))
-    got: list[bytes] = []
 
     async def restart_once_asked() -> None:
         await _answered(proxy, run_id)
@@ -182,13 +190,7 @@ async def test_a_start_from_the_end_of_a_stream_not_written_yet_is_its_first_chu
         await live.until(run_id, lambda d: d["status"] == "completed")
         await proxy.listen()
 
-    restart = asyncio.ensure_future(restart_once_asked())
-    try:
-        async with asyncio.timeout(30):
-            async for chunk in admin.follow_stream(run_id, start=start, follow=True):
-                got.append(chunk)
-    finally:
-        await restart
+    got = await _followed_while(admin, run_id, start, restart_once_asked())
     assert got == [c.encode() for c in then]
     assert _starts(proxy, run_id)[:2] == [str(start), "0"], proxy.log
 
