@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from textual.css.query import NoMatches
 
 from wf.cli.tui import _live
 
@@ -82,3 +83,19 @@ async def test_a_change_in_a_redraw_wakes_the_next_round_and_a_dead_feed_is_open
     assert 0.25 <= redraws[2] - redraws[1] < 2
     assert len(opened) == 2
     assert 0.25 <= opened[1] - redraws[0] < 2  # the failure came in the first redraw
+
+
+async def test_a_redraw_that_finds_the_screen_taken_down_ends_the_following() -> None:
+    """The app closing while a redraw read (``run_test``'s exit, a quit): the screen's widgets
+    are gone and the redraw's query raised ``NoMatches`` out of the screen's worker, which
+    failed the app as it closed."""
+
+    async def changes() -> AsyncIterator[None]:
+        while True:
+            yield
+            await asyncio.sleep(0)
+
+    async def redraw() -> None:
+        raise NoMatches("No nodes match '#runs' on RunsScreen()")
+
+    await asyncio.wait_for(_live.follow_changes(changes, redraw, timeout=60), 5)

@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from textual.css.query import NoMatches
+
 from wf.admin._follow import rest_after
 
 MIN_GAP = 0.25
@@ -27,7 +29,8 @@ async def follow_changes(
     keep to ``rest_after``'s share of the time. ``loaded``: the screen has just read what it
     shows, so the first round only waits. A feed that fails or ends (a server restarted, the
     run deleted) leaves the timeout, and is opened again ``timeout`` seconds later; the next
-    read shows what became of the runs.
+    read shows what became of the runs. A redraw that finds the screen's widgets gone (the
+    app closing while it read) ends the following.
     """
     clock = asyncio.get_running_loop().time
     changed = asyncio.Event()
@@ -47,7 +50,10 @@ async def follow_changes(
             if loaded:
                 loaded = False
             else:
-                await redraw()
+                try:
+                    await redraw()
+                except NoMatches:
+                    return  # the screen's widgets are gone: the app is closing under it
             # A live run of 30,000 steps takes a while to read and draw: the screen must
             # still answer keys.
             await asyncio.sleep(max(MIN_GAP, rest_after(clock() - began)))
