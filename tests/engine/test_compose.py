@@ -8,6 +8,7 @@ import gc
 import pytest
 
 import wf
+from tests.engine.late_drives import result_of_a_late_drive
 from wf import Engine
 from wf.testing import MockClock
 
@@ -807,8 +808,4 @@ async def test_a_select_decided_by_a_late_drive_ends_the_block_when_its_payload_
             mock_clock.jump(10)
             await wf.resume_hook("late-select", "p")
             await eng.crash(run)
-    mock_clock.jump(990)
-    mock_clock.autojump = True
-    async with wf.testing.TestEngine(store, mock_clock) as eng2:
-        with eng2.installed():
-            assert await wf.get_run(run.id).result() == "in time (p)"
+    assert await result_of_a_late_drive(store, mock_clock, run.id, after=990) == "in time (p)"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import wf
+from tests.engine.late_drives import result_of_a_late_drive
 from wf import Engine, admin
 from wf.engine._replay_check import check_run
 from wf.store import Event
@@ -212,11 +213,7 @@ async def test_a_helper_branch_decided_late_ended_when_its_operation_did(
             mock_clock.jump(10)
             await wf.resume_hook("tok-select", "p")
             await engine.crash(run)
-    mock_clock.jump(90)
-    mock_clock.autojump = True
-    async with wf.testing.TestEngine(store, mock_clock) as engine:
-        with engine.installed():
-            assert await wf.get_run(run.id).result() == "p"
+    assert await result_of_a_late_drive(store, mock_clock, run.id, after=90) == "p"
 
 
 async def block_awaits_an_earlier_sleep(seconds: float) -> str:

@@ -12,21 +12,10 @@ from typing import Any
 import pytest
 
 import wf
+from tests.engine.late_drives import result_of_a_late_drive
 from tests.engine.test_compose import block_races_a_hook as races
 from wf import Engine
 from wf.testing import MockClock
-
-
-async def result_of_a_late_drive(
-    store: wf.testing.MemoryStore, clock: MockClock, run_id: str
-) -> Any:
-    """The run's result, driven again by a new engine long after its sleeps and deadline (its
-    first driver crashed): the drive that decides comes late."""
-    clock.jump(1000)
-    clock.autojump = True
-    async with wf.testing.TestEngine(store, clock) as engine:
-        with engine.installed():
-            return await wf.get_run(run_id).result()
 
 
 @pytest.mark.parametrize(
